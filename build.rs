@@ -1,0 +1,13 @@
+//! Compiles the CRI v1 API (vendored from k8s.io/cri-api) and husk's own
+//! gRPC APIs (proto/husk) with a vendored protoc, so the build does not
+//! depend on the host's protobuf compiler version.
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let protoc = protoc_bin_vendored::protoc_bin_path()?;
+    std::env::set_var("PROTOC", protoc);
+    println!("cargo:rerun-if-changed=proto");
+    tonic_prost_build::configure().compile_protos(
+        &["proto/k8s/cri/v1/api.proto", "proto/husk/v1/admin.proto"],
+        &["proto"],
+    )?;
+    Ok(())
+}

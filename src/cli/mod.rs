@@ -1,0 +1,30 @@
+//! Client-side commands: they talk to a running runtime over its socket.
+
+pub mod images;
+
+use anyhow::Context as _;
+use tonic::transport::{Channel, Endpoint};
+
+/// The default runtime endpoint.
+pub const DEFAULT_ENDPOINT: &str = "unix:///run/husk/husk.sock";
+
+/// Connects to `unix:///path` (or a bare path).
+pub async fn connect(endpoint: &str) -> anyhow::Result<Channel> {
+    let path = endpoint.strip_prefix("unix://").unwrap_or(endpoint);
+    if !path.starts_with('/') {
+        anyhow::bail!("endpoint {endpoint:?} must be unix:///absolute/path");
+    }
+    let path = path.to_string();
+    Endpoint::try_from("http://[::]:50051")?
+        .connect_timeout(std::time::Duration::from_secs(5))
+        .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
+            let path = path.clone();
+            async move {
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
+                    tokio::net::UnixStream::connect(path).await?,
+                ))
+            }
+        }))
+        .await
+        .with_context(|| format!("connect to {endpoint}"))
+}

@@ -1,0 +1,319 @@
+//! husk's configuration: a TOML file (default `/etc/husk/config.toml`)
+//! overridden by command-line flags.
+//!
+//! A missing *default* file means the built-in defaults; a missing file named
+//! with `--config` is an error. Unknown keys are errors, so a typo never
+//! silently falls back to a default. Every problem is reported as one line
+//! naming the key, and the CLI exits with code 2.
+
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// The default config file location.
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/husk/config.toml";
+
+/// A configuration problem: one line naming the key.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(pub String);
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Persistent state: content store, snapshots, image and pod records.
+    pub root: PathBuf,
+    /// Volatile state: sockets, namespace pins, exit files.
+    pub state: PathBuf,
+    /// The CRI unix socket.
+    pub listen: PathBuf,
+    /// trace, debug, info, warn or error (or a tracing env-filter directive).
+    pub log_level: String,
+    /// text or json.
+    pub log_format: String,
+    /// The pause image that holds each pod's namespaces.
+    pub sandbox_image: String,
+    pub registry: RegistryConfig,
+    pub cni: CniConfig,
+    pub cgroup: CgroupConfig,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct RegistryConfig {
+    /// Directory of per-host `hosts.toml` files in containerd's format
+    /// (`<dir>/<host[:port]>/hosts.toml`, and `<dir>/_default/hosts.toml`).
+    pub config_dir: PathBuf,
+    /// Layers of one image fetched at once.
+    pub max_concurrent_downloads: usize,
+    /// Seconds without progress before a blob download is abandoned.
+    pub stall_timeout_secs: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct CniConfig {
+    /// Where network conflists are read (the first in lexical order wins).
+    pub conf_dir: PathBuf,
+    /// Where plugin binaries are searched, in order.
+    pub bin_dirs: Vec<PathBuf>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct CgroupConfig {
+    /// cgroupfs (systemd is not supported on nodes without systemd).
+    pub driver: String,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            root: "/var/lib/husk".into(),
+            state: "/run/husk".into(),
+            listen: "/run/husk/husk.sock".into(),
+            log_level: "info".into(),
+            log_format: "text".into(),
+            sandbox_image: "registry.k8s.io/pause:3.10".into(),
+            registry: RegistryConfig::default(),
+            cni: CniConfig::default(),
+            cgroup: CgroupConfig::default(),
+        }
+    }
+}
+
+impl Default for RegistryConfig {
+    fn default() -> Self {
+        RegistryConfig {
+            config_dir: "/etc/husk/certs.d".into(),
+            max_concurrent_downloads: 3,
+            stall_timeout_secs: 60,
+        }
+    }
+}
+
+impl Default for CniConfig {
+    fn default() -> Self {
+        CniConfig {
+            conf_dir: "/etc/cni/net.d".into(),
+            bin_dirs: vec!["/opt/cni/bin".into(), "/usr/lib/cni".into()],
+        }
+    }
+}
+
+impl Default for CgroupConfig {
+    fn default() -> Self {
+        CgroupConfig {
+            driver: "cgroupfs".into(),
+        }
+    }
+}
+
+impl Config {
+    /// Loads `path`; when `explicit` is false a missing file means defaults.
+    pub fn load(path: &Path, explicit: bool) -> Result<Config, ConfigError> {
+        match std::fs::read_to_string(path) {
+            Ok(text) => Config::parse(&text)
+                .map_err(|e| ConfigError(format!("config {}: {}", path.display(), e.0))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !explicit => {
+                Ok(Config::default())
+            }
+            Err(e) => Err(ConfigError(format!(
+                "config {}: cannot read: {e}",
+                path.display()
+            ))),
+        }
+    }
+
+    /// Parses TOML text (no validation beyond the schema).
+    pub fn parse(text: &str) -> Result<Config, ConfigError> {
+        toml::from_str::<Config>(text).map_err(|e| {
+            // toml's message spans several lines with a source excerpt; keep
+            // the one line that names the key and the problem.
+            let msg = e.message().trim().to_string();
+            let at = e
+                .span()
+                .map(|s| {
+                    let line = text[..s.start.min(text.len())].matches('\n').count() + 1;
+                    format!(" (line {line})")
+                })
+                .unwrap_or_default();
+            ConfigError(format!("{msg}{at}"))
+        })
+    }
+
+    /// Checks values the schema cannot: one line per problem, naming the key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        for (key, p) in [
+            ("root", &self.root),
+            ("state", &self.state),
+            ("listen", &self.listen),
+            ("registry.config_dir", &self.registry.config_dir),
+            ("cni.conf_dir", &self.cni.conf_dir),
+        ] {
+            if !p.is_absolute() {
+                return Err(ConfigError(format!(
+                    "{key}: {:?} must be an absolute path",
+                    p.display().to_string()
+                )));
+            }
+        }
+        for p in &self.cni.bin_dirs {
+            if !p.is_absolute() {
+                return Err(ConfigError(format!(
+                    "cni.bin_dirs: {:?} must be an absolute path",
+                    p.display().to_string()
+                )));
+            }
+        }
+        if self.log_level.trim().is_empty()
+            || tracing_subscriber::EnvFilter::try_new(&self.log_level).is_err()
+        {
+            return Err(ConfigError(format!(
+                "log_level: {:?} is not a level (trace, debug, info, warn, error)",
+                self.log_level
+            )));
+        }
+        if !matches!(self.log_format.as_str(), "text" | "json") {
+            return Err(ConfigError(format!(
+                "log_format: {:?} must be \"text\" or \"json\"",
+                self.log_format
+            )));
+        }
+        if let Err(e) = crate::image::Reference::parse(&self.sandbox_image) {
+            return Err(ConfigError(format!("sandbox_image: {e}")));
+        }
+        if self.registry.max_concurrent_downloads == 0 {
+            return Err(ConfigError(
+                "registry.max_concurrent_downloads: must be at least 1".into(),
+            ));
+        }
+        if self.registry.stall_timeout_secs == 0 {
+            return Err(ConfigError(
+                "registry.stall_timeout_secs: must be at least 1".into(),
+            ));
+        }
+        if self.cgroup.driver != "cgroupfs" {
+            return Err(ConfigError(format!(
+                "cgroup.driver: {:?} is not supported (only \"cgroupfs\")",
+                self.cgroup.driver
+            )));
+        }
+        Ok(())
+    }
+
+    /// The documented default config, as printed by `husk config default`.
+    pub fn default_toml() -> String {
+        let d = Config::default();
+        let bins: Vec<String> = d
+            .cni
+            .bin_dirs
+            .iter()
+            .map(|p| format!("{:?}", p.display().to_string()))
+            .collect();
+        format!(
+            r#"# husk configuration. Every key is optional; command-line flags override it.
+
+# Persistent state: content store, snapshots, image and pod records.
+root = {root:?}
+# Volatile state (tmpfs): sockets, namespace pins, exit files.
+state = {state:?}
+# The CRI v1 unix socket (mode 0660) that kubelet and crictl connect to.
+listen = {listen:?}
+# trace, debug, info, warn, error, or a tracing filter such as "husk=debug,info".
+log_level = {log_level:?}
+# "text" or "json".
+log_format = {log_format:?}
+# The pause image that holds each pod's namespaces.
+sandbox_image = {sandbox_image:?}
+
+[registry]
+# Per-registry host configuration in containerd's hosts.toml format:
+# <config_dir>/<host[:port]>/hosts.toml (and _default/hosts.toml).
+config_dir = {config_dir:?}
+# Layers of one image downloaded in parallel.
+max_concurrent_downloads = {mcd}
+# Seconds a blob download may make no progress before it is abandoned.
+stall_timeout_secs = {stall}
+
+[cni]
+# Network configuration; the first conflist in lexical order is used.
+conf_dir = {conf_dir:?}
+# Plugin binary directories, searched in order.
+bin_dirs = [{bins}]
+
+[cgroup]
+# Only "cgroupfs" (nodes without systemd).
+driver = {driver:?}
+"#,
+            root = d.root.display().to_string(),
+            state = d.state.display().to_string(),
+            listen = d.listen.display().to_string(),
+            log_level = d.log_level,
+            log_format = d.log_format,
+            sandbox_image = d.sandbox_image,
+            config_dir = d.registry.config_dir.display().to_string(),
+            mcd = d.registry.max_concurrent_downloads,
+            stall = d.registry.stall_timeout_secs,
+            conf_dir = d.cni.conf_dir.display().to_string(),
+            bins = bins.join(", "),
+            driver = d.cgroup.driver,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_toml_round_trips() {
+        let parsed = Config::parse(&Config::default_toml()).expect("default parses");
+        assert_eq!(parsed, Config::default());
+        parsed.validate().expect("defaults are valid");
+    }
+
+    #[test]
+    fn unknown_key_is_named() {
+        let e = Config::parse("root = \"/x\"\nbogus = 1\n").expect_err("unknown key");
+        assert!(e.0.contains("bogus"), "{}", e.0);
+        assert!(e.0.contains("line 2"), "{}", e.0);
+        assert!(!e.0.contains('\n'), "one line: {}", e.0);
+    }
+
+    #[test]
+    fn wrong_type_is_named() {
+        let e = Config::parse("[registry]\nmax_concurrent_downloads = \"x\"\n").expect_err("type");
+        assert!(e.0.contains("invalid type"), "{}", e.0);
+    }
+
+    #[test]
+    fn validation_names_the_key() {
+        let c = Config {
+            log_format: "xml".into(),
+            ..Config::default()
+        };
+        let e = c.validate().expect_err("bad format");
+        assert!(e.0.starts_with("log_format:"), "{}", e.0);
+        let c = Config {
+            root: "relative".into(),
+            ..Config::default()
+        };
+        assert!(c.validate().expect_err("relative").0.starts_with("root:"));
+        let c = Config {
+            sandbox_image: "Bad Ref".into(),
+            ..Config::default()
+        };
+        assert!(c
+            .validate()
+            .expect_err("bad ref")
+            .0
+            .starts_with("sandbox_image:"));
+    }
+
+    #[test]
+    fn missing_default_file_means_defaults_but_explicit_is_error() {
+        let p = Path::new("/nonexistent/husk/config.toml");
+        assert_eq!(Config::load(p, false).expect("defaults"), Config::default());
+        assert!(Config::load(p, true).is_err());
+    }
+}

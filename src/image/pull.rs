@@ -1,0 +1,355 @@
+//! PullImage: resolve, fetch in parallel, unpack in order, record.
+//!
+//! Invariants: every blob is verified (size, digest) before it is committed
+//! to the content store; every layer's uncompressed digest is checked
+//! against the config's diff ID before its snapshot is committed; the image
+//! record is written last. Concurrent pulls share downloads and unpacks
+//! through per-blob and per-chain locks.
+
+use super::auth::Credentials;
+use super::manager::{now_ns, ImageManager, Progress};
+use super::manifest::{self, Descriptor, Document, ImageConfig, Manifest};
+use super::records::{ImageRecord, RECORD_VERSION};
+use super::reference::Reference;
+use super::snapshot::chain_ids;
+use super::ImageError;
+use std::io::Write;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use tokio::task::JoinHandle;
+
+/// Aborts spawned downloads when a pull ends early.
+struct AbortAll(Vec<Option<JoinHandle<Result<(), ImageError>>>>);
+
+impl Drop for AbortAll {
+    fn drop(&mut self) {
+        for h in self.0.iter().flatten() {
+            h.abort();
+        }
+    }
+}
+
+/// Removes the pull's progress entry when it ends.
+struct ProgressGuard<'a> {
+    owner: &'a ImageManager,
+    id: u64,
+    progress: Arc<Progress>,
+}
+
+impl Drop for ProgressGuard<'_> {
+    fn drop(&mut self) {
+        self.owner
+            .progress
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.id);
+    }
+}
+
+/// What a pull or an import hands to `install`.
+pub(super) struct Prepared {
+    pub names: Vec<String>,
+    pub digests: Vec<String>,
+    pub manifest_digest: String,
+    pub manifest: Manifest,
+    pub manifest_size: u64,
+    pub index_digest: Option<String>,
+    pub config: ImageConfig,
+}
+
+impl ImageManager {
+    /// Pulls `reference` and returns the stored image.
+    pub async fn pull(
+        self: &Arc<Self>,
+        reference: &str,
+        creds: &Credentials,
+    ) -> Result<ImageRecord, ImageError> {
+        let r = Reference::parse(reference)?;
+        let pid = self.next_pull.fetch_add(1, Ordering::Relaxed);
+        let progress = Arc::new(Progress {
+            reference: r.to_string(),
+            ..Progress::default()
+        });
+        self.progress
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(pid, progress.clone());
+        let guard = ProgressGuard {
+            owner: self,
+            id: pid,
+            progress,
+        };
+
+        let top = self.registry.fetch_manifest(&r, r.object(), creds).await?;
+        let (fetched, index_digest) = match Document::parse(&top.body, top.content_type.as_deref())?
+        {
+            Document::Index(idx) => {
+                let want = manifest::host_platform();
+                let desc = manifest::select_platform(&idx, &want).ok_or_else(|| {
+                    ImageError::NotFound(format!(
+                        "{r}: no manifest for platform {}/{}{}",
+                        want.os,
+                        want.architecture,
+                        want.variant
+                            .as_deref()
+                            .map(|v| format!("/{v}"))
+                            .unwrap_or_default()
+                    ))
+                })?;
+                let m = self
+                    .registry
+                    .fetch_manifest(&r, &desc.digest, creds)
+                    .await?;
+                if m.body.len() as u64 != desc.size {
+                    return Err(ImageError::SizeMismatch {
+                        digest: desc.digest.clone(),
+                        expected: desc.size,
+                        actual: m.body.len() as u64,
+                    });
+                }
+                self.content.put(&top.digest, &top.body)?;
+                (m, Some(top.digest.clone()))
+            }
+            Document::Manifest(_) => (top.clone(), None),
+        };
+        let manifest = match Document::parse(&fetched.body, fetched.content_type.as_deref())? {
+            Document::Manifest(m) => m,
+            Document::Index(_) => {
+                return Err(ImageError::Invalid(format!(
+                    "{r}: an index names another index"
+                )))
+            }
+        };
+        let _lease = self.lease(
+            manifest
+                .layers
+                .iter()
+                .map(|l| l.digest.clone())
+                .chain([manifest.config.digest.clone(), fetched.digest.clone()])
+                .chain(index_digest.clone())
+                .collect(),
+        );
+        self.content.put(&fetched.digest, &fetched.body)?;
+        let config_bytes = self.fetch_small_blob(&r, &manifest.config, creds).await?;
+        let config: ImageConfig = serde_json::from_slice(&config_bytes)
+            .map_err(|e| ImageError::Invalid(format!("{r}: bad image config: {e}")))?;
+
+        let repo_digest = r.with_digest(&top.digest);
+        let prepared = Prepared {
+            names: r.tagged().into_iter().collect(),
+            digests: vec![repo_digest],
+            manifest_digest: fetched.digest.clone(),
+            manifest_size: fetched.body.len() as u64,
+            manifest,
+            index_digest,
+            config,
+        };
+        let rec = self
+            .install(prepared, Some((&r, creds)), &guard.progress)
+            .await?;
+        tracing::info!(image_ref = %r, image_id = %rec.id, "pulled image");
+        Ok(rec)
+    }
+
+    async fn fetch_small_blob(
+        &self,
+        r: &Reference,
+        desc: &Descriptor,
+        creds: &Credentials,
+    ) -> Result<Vec<u8>, ImageError> {
+        if self.content.has(&desc.digest) {
+            return self.content.read(&desc.digest);
+        }
+        if desc.size > 16 << 20 {
+            return Err(ImageError::Invalid(format!(
+                "config blob {} is too large",
+                desc.digest
+            )));
+        }
+        let resp = self.registry.open_blob(r, &desc.digest, creds).await?;
+        let url = resp.url().to_string();
+        let body = resp.bytes().await.map_err(|e| ImageError::Transport {
+            url,
+            message: e.to_string(),
+        })?;
+        self.content.put(&desc.digest, &body)?;
+        Ok(body.to_vec())
+    }
+
+    /// Streams one blob into the content store, once however many pulls
+    /// ask for it at the same time.
+    async fn fetch_blob(
+        self: Arc<Self>,
+        r: Reference,
+        desc: Descriptor,
+        creds: Credentials,
+        progress: Arc<Progress>,
+        permits: Arc<tokio::sync::Semaphore>,
+    ) -> Result<(), ImageError> {
+        let _lock = self.blob_locks.lock(&desc.digest).await;
+        if self.content.has(&desc.digest) {
+            ImageManager::progress_add(&progress, desc.size);
+            return Ok(());
+        }
+        let _permit = permits
+            .acquire_owned()
+            .await
+            .map_err(|_| ImageError::Internal("download limiter closed".into()))?;
+        let mut resp = self.registry.open_blob(&r, &desc.digest, &creds).await?;
+        if let Some(len) = resp.content_length() {
+            if len != desc.size {
+                return Err(ImageError::SizeMismatch {
+                    digest: desc.digest.clone(),
+                    expected: desc.size,
+                    actual: len,
+                });
+            }
+        }
+        let url = resp.url().to_string();
+        let mut w = self.content.writer(&desc.digest, Some(desc.size))?;
+        loop {
+            let chunk = tokio::time::timeout(self.cfg.stall_timeout, resp.chunk())
+                .await
+                .map_err(|_| {
+                    ImageError::Timeout(format!(
+                        "blob {} from {url}: no data for {:?}",
+                        desc.digest, self.cfg.stall_timeout
+                    ))
+                })?
+                .map_err(|e| ImageError::Transport {
+                    url: url.clone(),
+                    message: e.to_string(),
+                })?;
+            let Some(chunk) = chunk else { break };
+            w.write_all(&chunk).map_err(|e| match e.kind() {
+                std::io::ErrorKind::InvalidData => ImageError::SizeMismatch {
+                    digest: desc.digest.clone(),
+                    expected: desc.size,
+                    actual: w.written() + chunk.len() as u64,
+                },
+                _ => ImageError::io(format!("write blob {}", desc.digest), e),
+            })?;
+            ImageManager::progress_add(&progress, chunk.len() as u64);
+        }
+        tokio::task::block_in_place(|| w.commit())
+    }
+
+    /// Fetches (when `source` is given) and unpacks the layers of a
+    /// prepared image, then writes its record.
+    pub(super) async fn install(
+        self: &Arc<Self>,
+        p: Prepared,
+        source: Option<(&Reference, &Credentials)>,
+        progress: &Arc<Progress>,
+    ) -> Result<ImageRecord, ImageError> {
+        let layers = &p.manifest.layers;
+        let diff_ids = &p.config.rootfs.diff_ids;
+        if layers.len() != diff_ids.len() {
+            return Err(ImageError::Invalid(format!(
+                "image has {} layers but its config lists {} diff IDs",
+                layers.len(),
+                diff_ids.len()
+            )));
+        }
+        for d in diff_ids {
+            super::reference::validate_digest(d).map_err(ImageError::Invalid)?;
+        }
+        let chains = chain_ids(diff_ids);
+        let _lease = self.lease(chains.clone());
+        progress
+            .bytes_total
+            .store(layers.iter().map(|l| l.size).sum(), Ordering::Relaxed);
+        progress
+            .layers_total
+            .store(layers.len() as u64, Ordering::Relaxed);
+
+        // Start every needed download now; unpack below as each arrives.
+        let permits = Arc::new(tokio::sync::Semaphore::new(
+            self.cfg.max_concurrent_downloads,
+        ));
+        let mut downloads = AbortAll(Vec::with_capacity(layers.len()));
+        for (layer, chain) in layers.iter().zip(&chains) {
+            let need = self.snapshots.get(chain).is_none() && !self.content.has(&layer.digest);
+            let handle = match (need, source) {
+                (true, Some((r, creds))) => Some(tokio::spawn(self.clone().fetch_blob(
+                    r.clone(),
+                    layer.clone(),
+                    creds.clone(),
+                    progress.clone(),
+                    permits.clone(),
+                ))),
+                (true, None) => {
+                    return Err(ImageError::Invalid(format!(
+                        "layer {} is missing",
+                        layer.digest
+                    )))
+                }
+                (false, _) => {
+                    ImageManager::progress_add(progress, layer.size);
+                    None
+                }
+            };
+            downloads.0.push(handle);
+        }
+
+        let mut parents = Vec::with_capacity(layers.len());
+        for (i, (layer, chain)) in layers.iter().zip(&chains).enumerate() {
+            if let Some(h) = downloads.0[i].take() {
+                h.await
+                    .map_err(|e| ImageError::Internal(format!("download task: {e}")))??;
+            }
+            let _lock = self.chain_locks.lock(chain).await;
+            let dir = match self.snapshots.get(chain) {
+                Some(dir) => dir,
+                None => {
+                    let blob = self.content.path(&layer.digest);
+                    let snapshots = self.snapshots.clone();
+                    let lower = parents.clone();
+                    let want = diff_ids[i].clone();
+                    let chain_id = chain.clone();
+                    let digest = layer.digest.clone();
+                    tokio::task::spawn_blocking(move || {
+                        let f = std::fs::File::open(&blob)
+                            .map_err(|e| ImageError::io(format!("open layer {digest}"), e))?;
+                        let prepared = snapshots.apply(&lower, std::io::BufReader::with_capacity(1 << 20, f))?;
+                        if prepared.applied.diff_id != want {
+                            let actual = prepared.applied.diff_id.clone();
+                            snapshots.discard(prepared);
+                            tracing::warn!(layer = %digest, expected = %want, %actual, "layer diff ID mismatch");
+                            return Err(ImageError::DigestMismatch { expected: want, actual });
+                        }
+                        snapshots.commit(prepared, &chain_id)
+                    })
+                    .await
+                    .map_err(|e| ImageError::Internal(format!("unpack task: {e}")))??
+                }
+            };
+            progress.layers_done.fetch_add(1, Ordering::Relaxed);
+            parents.push(dir);
+        }
+
+        let user = p
+            .config
+            .config
+            .as_ref()
+            .and_then(|c| c.user.clone())
+            .unwrap_or_default();
+        let rec = ImageRecord {
+            version: RECORD_VERSION,
+            id: p.manifest.config.digest.clone(),
+            repo_tags: p.names,
+            repo_digests: p.digests,
+            manifest_digest: p.manifest_digest,
+            index_digest: p.index_digest,
+            layers: layers.iter().map(|l| l.digest.clone()).collect(),
+            chain_ids: chains,
+            size: p.manifest_size
+                + p.manifest.config.size
+                + layers.iter().map(|l| l.size).sum::<u64>(),
+            user,
+            pinned: false,
+            created_ns: now_ns(),
+        };
+        self.records_write().put(rec)
+    }
+}

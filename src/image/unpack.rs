@@ -1,0 +1,510 @@
+//! Applies one layer tarball onto a directory, confined to it.
+//!
+//! Invariants:
+//! - Nothing outside `root` is ever touched. Every parent directory is opened
+//!   with `openat2(RESOLVE_IN_ROOT)`, so absolute paths, `..` and symlinks
+//!   (from this layer or a lower one visible in `root`) resolve as if `root`
+//!   were `/`; the entry itself is then created relative to that confined
+//!   directory fd and never followed.
+//! - Hardlinks may only name files that exist inside `root`; anything else
+//!   fails the layer with an `UnsafeEntry` error naming the entry.
+//! - Whiteouts: `.wh.NAME` removes NAME from the view (overlayfs records the
+//!   whiteout in the upper dir); `.wh..wh..opq` is returned as an opaque dir
+//!   for the caller to mark on the upper dir. On a base layer they are no-ops.
+//! - Ownership, modes (set after chown so setuid bits survive), xattrs
+//!   (except `trusted.overlay.*`, which a layer must not forge), mtimes
+//!   (directories last), devices, fifos, symlinks and hardlinks are kept.
+//! - The uncompressed stream is hashed; the caller compares it to the diff ID.
+
+use super::content::Hasher;
+use super::ImageError;
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags, Timespec, Timestamps};
+use rustix::io::Errno;
+use std::ffi::{OsStr, OsString};
+use std::io::{self, BufRead, BufReader, Read};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
+
+/// What applying a layer produced.
+#[derive(Debug, Default)]
+pub struct Applied {
+    /// `sha256:` of the uncompressed tar stream.
+    pub diff_id: String,
+    /// Directories (relative to root, as resolved) marked opaque by the layer.
+    pub opaque_dirs: Vec<PathBuf>,
+    /// Bytes of the uncompressed stream.
+    pub uncompressed_size: u64,
+}
+
+/// A reader that hashes what passes through it.
+struct HashingReader<R> {
+    inner: R,
+    hasher: Hasher,
+    count: u64,
+}
+
+impl<R: Read> Read for HashingReader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.hasher.update(&buf[..n]);
+        self.count += n as u64;
+        Ok(n)
+    }
+}
+
+/// Wraps `r` in the decompressor its magic bytes call for.
+pub fn decompress<'a, R: Read + 'a>(r: R) -> io::Result<Box<dyn Read + 'a>> {
+    let mut br = BufReader::with_capacity(256 << 10, r);
+    let head = br.fill_buf()?;
+    if head.starts_with(&[0x1f, 0x8b]) {
+        Ok(Box::new(flate2::bufread::MultiGzDecoder::new(br)))
+    } else if head.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
+        Ok(Box::new(zstd::stream::read::Decoder::with_buffer(br)?))
+    } else {
+        Ok(Box::new(br))
+    }
+}
+
+fn unsafe_entry(entry: &Path, reason: impl Into<String>) -> ImageError {
+    ImageError::UnsafeEntry {
+        entry: entry.display().to_string(),
+        reason: reason.into(),
+    }
+}
+
+fn io_err(what: impl Into<String>, e: impl Into<io::Error>) -> ImageError {
+    ImageError::io(what, e.into())
+}
+
+/// Lexically cleans an entry path as if rooted at `/`: `..` cannot climb
+/// above the root, `.` and empty components vanish.
+fn clean(p: &Path) -> Vec<OsString> {
+    let mut out: Vec<OsString> = Vec::new();
+    for c in p.components() {
+        match c {
+            Component::Normal(n) => out.push(n.to_os_string()),
+            Component::ParentDir => {
+                out.pop();
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+fn join(comps: &[OsString]) -> PathBuf {
+    let mut p = PathBuf::new();
+    for c in comps {
+        p.push(c);
+    }
+    p
+}
+
+fn open_confined(root: &OwnedFd, comps: &[OsString]) -> Result<OwnedFd, Errno> {
+    let p = if comps.is_empty() {
+        PathBuf::from(".")
+    } else {
+        join(comps)
+    };
+    rustix::fs::openat2(
+        root,
+        &p,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+        ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS,
+    )
+}
+
+/// Opens (creating as needed, mode 0755) the directory `comps` inside root.
+fn ensure_dir(root: &OwnedFd, comps: &[OsString], entry: &Path) -> Result<OwnedFd, ImageError> {
+    match open_confined(root, comps) {
+        Ok(fd) => return Ok(fd),
+        Err(Errno::NOENT) => {}
+        Err(Errno::NOTDIR) => return Err(unsafe_entry(entry, "a parent is not a directory")),
+        Err(e) => return Err(io_err(format!("open parent of {}", entry.display()), e)),
+    }
+    let mut fd = open_confined(root, &[]).map_err(|e| io_err("open layer root", e))?;
+    for i in 0..comps.len() {
+        match open_confined(root, &comps[..=i]) {
+            Ok(f) => fd = f,
+            Err(Errno::NOENT) => {
+                match rustix::fs::mkdirat(&fd, comps[i].as_os_str(), Mode::from_raw_mode(0o755)) {
+                    Ok(()) | Err(Errno::EXIST) => {}
+                    Err(e) => {
+                        return Err(io_err(format!("mkdir parent of {}", entry.display()), e))
+                    }
+                }
+                fd = open_confined(root, &comps[..=i]).map_err(|e| {
+                    if e == Errno::NOENT || e == Errno::NOTDIR {
+                        unsafe_entry(entry, "a parent is a dangling symlink or not a directory")
+                    } else {
+                        io_err(format!("open parent of {}", entry.display()), e)
+                    }
+                })?;
+            }
+            Err(Errno::NOTDIR) => return Err(unsafe_entry(entry, "a parent is not a directory")),
+            Err(e) => return Err(io_err(format!("open parent of {}", entry.display()), e)),
+        }
+    }
+    Ok(fd)
+}
+
+/// Removes `name` in `dir` recursively, never following symlinks.
+pub fn remove_all_at(dir: &impl AsFd, name: &OsStr) -> io::Result<()> {
+    let st = match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) => st,
+        Err(Errno::NOENT) => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
+    if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
+        let fd = rustix::fs::openat(
+            dir,
+            name,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        let mut names = Vec::new();
+        {
+            let mut d = rustix::fs::Dir::read_from(&fd)?;
+            while let Some(ent) = d.read() {
+                let ent = ent?;
+                let n = ent.file_name().to_bytes();
+                if n != b"." && n != b".." {
+                    names.push(OsStr::from_bytes(n).to_os_string());
+                }
+            }
+        }
+        for n in names {
+            remove_all_at(&fd, &n)?;
+        }
+        rustix::fs::unlinkat(dir, name, AtFlags::REMOVEDIR)?;
+    } else {
+        rustix::fs::unlinkat(dir, name, AtFlags::empty())?;
+    }
+    Ok(())
+}
+
+fn proc_path(dir: &OwnedFd, name: &OsStr) -> PathBuf {
+    let mut p = PathBuf::from(format!("/proc/self/fd/{}", dir.as_raw_fd()));
+    p.push(name);
+    p
+}
+
+/// Applies the (possibly compressed) layer `reader` onto `root`.
+/// `lower_visible` is false for a base layer (whiteouts are then no-ops).
+pub fn apply_layer<R: Read>(
+    root: &Path,
+    reader: R,
+    lower_visible: bool,
+) -> Result<Applied, ImageError> {
+    let root_fd = rustix::fs::open(
+        root,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| io_err(format!("open {}", root.display()), e))?;
+    let plain = decompress(reader).map_err(|e| io_err("read layer", e))?;
+    let mut hashing = HashingReader {
+        inner: plain,
+        hasher: Hasher::sha256(),
+        count: 0,
+    };
+    let mut applied = Applied::default();
+    let mut dir_times: Vec<(Vec<OsString>, i64)> = Vec::new();
+    {
+        let mut archive = tar::Archive::new(&mut hashing);
+        let entries = archive
+            .entries()
+            .map_err(|e| ImageError::Invalid(format!("layer is not a tar archive: {e}")))?;
+        for entry in entries {
+            let mut entry =
+                entry.map_err(|e| ImageError::Invalid(format!("corrupt layer tar: {e}")))?;
+            apply_entry(
+                &root_fd,
+                root,
+                &mut entry,
+                lower_visible,
+                &mut applied,
+                &mut dir_times,
+            )?;
+        }
+    }
+    // Drain trailing padding so the digest covers the whole stream.
+    io::copy(&mut hashing, &mut io::sink()).map_err(|e| io_err("read layer", e))?;
+    for (comps, mtime) in dir_times.iter().rev() {
+        if let Ok(fd) = open_confined(&root_fd, comps) {
+            let ts = Timestamps {
+                last_access: Timespec {
+                    tv_sec: *mtime,
+                    tv_nsec: 0,
+                },
+                last_modification: Timespec {
+                    tv_sec: *mtime,
+                    tv_nsec: 0,
+                },
+            };
+            let _ = rustix::fs::utimensat(&fd, "", &ts, AtFlags::EMPTY_PATH);
+        }
+    }
+    applied.uncompressed_size = hashing.count;
+    applied.diff_id = hashing.hasher.finish();
+    Ok(applied)
+}
+
+fn apply_entry<R: Read>(
+    root_fd: &OwnedFd,
+    root: &Path,
+    entry: &mut tar::Entry<'_, R>,
+    lower_visible: bool,
+    applied: &mut Applied,
+    dir_times: &mut Vec<(Vec<OsString>, i64)>,
+) -> Result<(), ImageError> {
+    let raw_path = entry
+        .path()
+        .map_err(|e| ImageError::Invalid(format!("bad entry name: {e}")))?
+        .into_owned();
+    let kind = entry.header().entry_type();
+    let comps = clean(&raw_path);
+    let mtime = entry.header().mtime().unwrap_or(0) as i64;
+    let mode = entry.header().mode().unwrap_or(0o644) & 0o7777;
+    let uid = entry.header().uid().unwrap_or(0) as u32;
+    let gid = entry.header().gid().unwrap_or(0) as u32;
+
+    let Some((name, parent)) = comps.split_last() else {
+        // The root itself: only a directory entry makes sense.
+        if kind.is_dir() {
+            let _ = std::os::unix::fs::chown(root, Some(uid), Some(gid));
+            let _ =
+                std::fs::set_permissions(root, std::os::unix::fs::PermissionsExt::from_mode(mode));
+            dir_times.push((Vec::new(), mtime));
+        }
+        return Ok(());
+    };
+    let name = name.clone();
+    let name_bytes = name.as_bytes();
+
+    if let Some(target) = name_bytes.strip_prefix(b".wh.") {
+        if !lower_visible {
+            return Ok(());
+        }
+        let dir = match open_confined(root_fd, parent) {
+            Ok(fd) => fd,
+            Err(Errno::NOENT) | Err(Errno::NOTDIR) => return Ok(()),
+            Err(e) => return Err(io_err(format!("open parent of {}", raw_path.display()), e)),
+        };
+        if target == b".wh..opq" {
+            let real = std::fs::read_link(format!("/proc/self/fd/{}", dir.as_raw_fd()))
+                .map_err(|e| io_err("resolve opaque dir", e))?;
+            let rel = real
+                .strip_prefix(root)
+                .map_err(|_| unsafe_entry(&raw_path, "opaque dir resolves outside the layer"))?;
+            applied.opaque_dirs.push(rel.to_path_buf());
+        } else if target.is_empty() || target == b"." || target == b".." {
+            return Err(unsafe_entry(&raw_path, "whiteout names no file"));
+        } else {
+            remove_all_at(&dir, OsStr::from_bytes(target))
+                .map_err(|e| io_err(format!("apply whiteout {}", raw_path.display()), e))?;
+        }
+        return Ok(());
+    }
+
+    use tar::EntryType as T;
+    let supported = matches!(
+        kind,
+        T::Regular
+            | T::Continuous
+            | T::GNUSparse
+            | T::Directory
+            | T::Symlink
+            | T::Link
+            | T::Char
+            | T::Block
+            | T::Fifo
+    );
+    if !supported {
+        tracing::debug!(entry = %raw_path.display(), ?kind, "skipping unsupported tar entry type");
+        return Ok(());
+    }
+
+    let dir = ensure_dir(root_fd, parent, &raw_path)?;
+
+    // Replace whatever is there, unless both are directories.
+    match rustix::fs::statat(&dir, name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) => {
+            let existing_dir = FileType::from_raw_mode(st.st_mode) == FileType::Directory;
+            if !(existing_dir && kind.is_dir()) {
+                remove_all_at(&dir, &name)
+                    .map_err(|e| io_err(format!("replace {}", raw_path.display()), e))?;
+            }
+        }
+        Err(Errno::NOENT) => {}
+        Err(e) => return Err(io_err(format!("stat {}", raw_path.display()), e)),
+    }
+
+    let create_err = |e: Errno| io_err(format!("create {}", raw_path.display()), e);
+    match kind {
+        T::Regular | T::Continuous | T::GNUSparse => {
+            let fd = rustix::fs::openat(
+                &dir,
+                name.as_os_str(),
+                OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::from_raw_mode(0o600),
+            )
+            .map_err(create_err)?;
+            let mut f = std::fs::File::from(fd);
+            io::copy(entry, &mut f)
+                .map_err(|e| io_err(format!("write {}", raw_path.display()), e))?;
+        }
+        T::Directory => {
+            match rustix::fs::mkdirat(&dir, name.as_os_str(), Mode::from_raw_mode(0o700)) {
+                Ok(()) | Err(Errno::EXIST) => {}
+                Err(e) => return Err(create_err(e)),
+            }
+        }
+        T::Symlink => {
+            let target = entry
+                .link_name()
+                .map_err(|e| {
+                    ImageError::Invalid(format!("bad symlink {}: {e}", raw_path.display()))
+                })?
+                .ok_or_else(|| unsafe_entry(&raw_path, "symlink without a target"))?;
+            rustix::fs::symlinkat(target.as_ref(), &dir, name.as_os_str()).map_err(create_err)?;
+        }
+        T::Link => {
+            let target = entry
+                .link_name()
+                .map_err(|e| {
+                    ImageError::Invalid(format!("bad hardlink {}: {e}", raw_path.display()))
+                })?
+                .ok_or_else(|| unsafe_entry(&raw_path, "hardlink without a target"))?;
+            let tcomps = clean(&target);
+            let Some((tname, tparent)) = tcomps.split_last() else {
+                return Err(unsafe_entry(&raw_path, "hardlink to the root directory"));
+            };
+            let tdir = open_confined(root_fd, tparent).map_err(|_| {
+                unsafe_entry(
+                    &raw_path,
+                    format!(
+                        "hardlink target {:?} does not exist in the image",
+                        target.display().to_string()
+                    ),
+                )
+            })?;
+            rustix::fs::linkat(
+                &tdir,
+                tname.as_os_str(),
+                &dir,
+                name.as_os_str(),
+                AtFlags::empty(),
+            )
+            .map_err(|e| match e {
+                Errno::NOENT | Errno::PERM | Errno::XDEV => unsafe_entry(
+                    &raw_path,
+                    format!(
+                        "hardlink target {:?} is not a file inside the image",
+                        target.display().to_string()
+                    ),
+                ),
+                e => create_err(e),
+            })?;
+            // A hardlink shares its target's inode and metadata.
+            return Ok(());
+        }
+        T::Char | T::Block | T::Fifo => {
+            let ft = match kind {
+                T::Char => FileType::CharacterDevice,
+                T::Block => FileType::BlockDevice,
+                _ => FileType::Fifo,
+            };
+            let major = entry.header().device_major().ok().flatten().unwrap_or(0);
+            let minor = entry.header().device_minor().ok().flatten().unwrap_or(0);
+            rustix::fs::mknodat(
+                &dir,
+                name.as_os_str(),
+                ft,
+                Mode::from_raw_mode(0o600),
+                rustix::fs::makedev(major, minor),
+            )
+            .map_err(create_err)?;
+        }
+        _ => return Ok(()),
+    }
+
+    // Ownership, then xattrs, then mode (chown clears setuid bits), then times.
+    rustix::fs::chownat(
+        &dir,
+        name.as_os_str(),
+        Some(rustix::fs::Uid::from_raw(uid)),
+        Some(rustix::fs::Gid::from_raw(gid)),
+        AtFlags::SYMLINK_NOFOLLOW,
+    )
+    .map_err(|e| io_err(format!("chown {}", raw_path.display()), e))?;
+    if let Ok(Some(exts)) = entry.pax_extensions() {
+        for ext in exts.flatten() {
+            let Ok(key) = ext.key() else { continue };
+            let Some(xname) = key.strip_prefix("SCHILY.xattr.") else {
+                continue;
+            };
+            if xname.starts_with("trusted.overlay.") {
+                continue;
+            }
+            let r = rustix::fs::lsetxattr(
+                proc_path(&dir, &name),
+                xname,
+                ext.value_bytes(),
+                rustix::fs::XattrFlags::empty(),
+            );
+            if let Err(e) = r {
+                if kind != T::Symlink {
+                    return Err(io_err(
+                        format!("set xattr {xname} on {}", raw_path.display()),
+                        e,
+                    ));
+                }
+            }
+        }
+    }
+    if kind != T::Symlink {
+        rustix::fs::chmodat(
+            &dir,
+            name.as_os_str(),
+            Mode::from_raw_mode(mode),
+            AtFlags::empty(),
+        )
+        .map_err(|e| io_err(format!("chmod {}", raw_path.display()), e))?;
+    }
+    if kind.is_dir() {
+        let mut full = parent.to_vec();
+        full.push(name);
+        dir_times.push((full, mtime));
+    } else {
+        let ts = Timestamps {
+            last_access: Timespec {
+                tv_sec: mtime,
+                tv_nsec: 0,
+            },
+            last_modification: Timespec {
+                tv_sec: mtime,
+                tv_nsec: 0,
+            },
+        };
+        rustix::fs::utimensat(&dir, name.as_os_str(), &ts, AtFlags::SYMLINK_NOFOLLOW)
+            .map_err(|e| io_err(format!("set times on {}", raw_path.display()), e))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clean_confines_lexically() {
+        let c = |s: &str| join(&clean(Path::new(s)));
+        assert_eq!(c("../../etc/passwd"), PathBuf::from("etc/passwd"));
+        assert_eq!(c("/abs/x"), PathBuf::from("abs/x"));
+        assert_eq!(c("./a/./b/../c"), PathBuf::from("a/c"));
+        assert!(clean(Path::new("./")).is_empty());
+    }
+}

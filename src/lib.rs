@@ -1,0 +1,15 @@
+//! husk: a CRI v1 container runtime for Kubernetes nodes.
+//!
+//! `husk serve` answers the kubelet's RuntimeService and ImageService on a
+//! unix socket; the image store (`image`) pulls OCI and Docker images into a
+//! content store and overlay snapshots. See the README for the whole flow.
+
+pub mod api;
+pub mod cli;
+pub mod config;
+pub mod error;
+pub mod image;
+pub mod logging;
+pub mod server;
+pub mod store;
+pub mod sys;

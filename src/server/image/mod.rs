@@ -1,0 +1,101 @@
+//! The CRI ImageService: one file per RPC, all thin over `ImageManager`.
+
+mod fs_info;
+mod list;
+mod pull;
+mod remove;
+mod status;
+
+use super::instrument::{observe, Op, State};
+use crate::api::cri::image_service_server::ImageService;
+use crate::api::cri::*;
+use crate::image::ImageRecord;
+use std::sync::Arc;
+use tonic::{Request, Response, Status};
+
+pub struct Images {
+    state: Arc<State>,
+}
+
+impl Images {
+    pub fn new(state: Arc<State>) -> Images {
+        Images { state }
+    }
+}
+
+type Res<T> = Result<Response<T>, Status>;
+
+#[tonic::async_trait]
+impl ImageService for Images {
+    async fn list_images(&self, r: Request<ListImagesRequest>) -> Res<ListImagesResponse> {
+        observe(
+            "ListImages",
+            Op::Read,
+            list::handle(&self.state, r.into_inner()),
+        )
+        .await
+    }
+    async fn image_status(&self, r: Request<ImageStatusRequest>) -> Res<ImageStatusResponse> {
+        observe(
+            "ImageStatus",
+            Op::Read,
+            status::handle(&self.state, r.into_inner()),
+        )
+        .await
+    }
+    async fn pull_image(&self, r: Request<PullImageRequest>) -> Res<PullImageResponse> {
+        observe(
+            "PullImage",
+            Op::Mutate,
+            pull::handle(&self.state, r.into_inner()),
+        )
+        .await
+    }
+    async fn remove_image(&self, r: Request<RemoveImageRequest>) -> Res<RemoveImageResponse> {
+        observe(
+            "RemoveImage",
+            Op::Mutate,
+            remove::handle(&self.state, r.into_inner()),
+        )
+        .await
+    }
+    async fn image_fs_info(&self, r: Request<ImageFsInfoRequest>) -> Res<ImageFsInfoResponse> {
+        observe(
+            "ImageFsInfo",
+            Op::Read,
+            fs_info::handle(&self.state, r.into_inner()),
+        )
+        .await
+    }
+}
+
+/// The CRI view of an image record.
+pub(crate) fn to_cri(rec: &ImageRecord) -> Image {
+    // Config `User` is "uid", "uid:gid", "name" or "name:group".
+    let user = rec.user.split(':').next().unwrap_or("");
+    let (uid, username) = match user.parse::<i64>() {
+        Ok(n) => (Some(Int64Value { value: n }), String::new()),
+        Err(_) => (None, user.to_string()),
+    };
+    Image {
+        id: rec.id.clone(),
+        repo_tags: rec.repo_tags.clone(),
+        repo_digests: rec.repo_digests.clone(),
+        size: rec.size,
+        uid,
+        username,
+        spec: Some(ImageSpec {
+            image: rec.id.clone(),
+            ..Default::default()
+        }),
+        pinned: rec.pinned,
+    }
+}
+
+/// The image named by a request's spec, which must not be empty.
+pub(crate) fn spec_name(spec: Option<&ImageSpec>) -> Result<&str, Status> {
+    match spec.map(|s| s.image.trim()) {
+        Some(s) if !s.is_empty() => Ok(s),
+        _ => Err(Status::invalid_argument("image spec must name an image")),
+    }
+}

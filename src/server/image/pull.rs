@@ -1,0 +1,25 @@
+//! PullImage: credentials from the request, then the image store's pull.
+//! Answers the image ID (the config digest), as containerd does.
+
+use crate::api::cri::{PullImageRequest, PullImageResponse};
+use crate::image::auth::Credentials;
+use crate::server::instrument::State;
+use tonic::Status;
+
+pub async fn handle(state: &State, req: PullImageRequest) -> Result<PullImageResponse, Status> {
+    let images = state.images()?;
+    let name = super::spec_name(req.image.as_ref())?;
+    let creds = match &req.auth {
+        Some(a) => Credentials::from_cri(
+            &a.username,
+            &a.password,
+            &a.auth,
+            &a.identity_token,
+            &a.registry_token,
+        )
+        .map_err(|e| Status::invalid_argument(format!("auth: {e}")))?,
+        None => Credentials::default(),
+    };
+    let rec = images.pull(name, &creds).await?;
+    Ok(PullImageResponse { image_ref: rec.id })
+}

@@ -1,0 +1,77 @@
+//! Shared server state, the readiness gate, and per-RPC instrumentation.
+//!
+//! Until recovery has opened every manager, `State::images()` (and its
+//! siblings as they arrive) answer Unavailable, so no RPC acts on state that
+//! has not been reconciled. `observe` logs each RPC's outcome: mutations at
+//! info, reads at debug, failures at warn with their gRPC code.
+
+use crate::config::Config;
+use crate::error::Error;
+use crate::image::ImageManager;
+use std::future::Future;
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+use tonic::Status;
+
+/// What every service shares.
+pub struct State {
+    pub cfg: Config,
+    images: OnceLock<Arc<ImageManager>>,
+}
+
+impl State {
+    pub fn new(cfg: Config) -> State {
+        State {
+            cfg,
+            images: OnceLock::new(),
+        }
+    }
+
+    pub fn set_images(&self, m: Arc<ImageManager>) {
+        let _ = self.images.set(m);
+    }
+
+    /// The image store, or Unavailable while recovering.
+    pub fn images(&self) -> Result<Arc<ImageManager>, Status> {
+        self.images
+            .get()
+            .cloned()
+            .ok_or_else(|| Error::Recovering.into())
+    }
+}
+
+/// Whether an RPC changes state (logged at info) or only reads (debug).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    Read,
+    Mutate,
+}
+
+/// Runs one RPC handler inside a span and logs how it ended.
+pub async fn observe<T, F>(
+    method: &'static str,
+    op: Op,
+    fut: F,
+) -> Result<tonic::Response<T>, Status>
+where
+    F: Future<Output = Result<T, Status>>,
+{
+    let span = tracing::info_span!("cri", method);
+    let _entered = span.clone();
+    let start = Instant::now();
+    let r = tracing::Instrument::instrument(fut, span).await;
+    let ms = start.elapsed().as_secs_f64() * 1e3;
+    match &r {
+        Ok(_) if op == Op::Mutate => tracing::info!(method, ms, "rpc ok"),
+        Ok(_) => tracing::debug!(method, ms, "rpc ok"),
+        Err(s) => tracing::warn!(method, ms, code = ?s.code(), message = s.message(), "rpc failed"),
+    }
+    r.map(tonic::Response::new)
+}
+
+/// The answer for an RPC that a later part of husk will provide.
+pub fn not_yet(method: &str, what: &str) -> Status {
+    Status::unimplemented(format!(
+        "{method} is not implemented yet: husk does not run {what} in this version"
+    ))
+}

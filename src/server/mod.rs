@@ -1,0 +1,145 @@
+//! `husk serve`: the CRI v1 RuntimeService and ImageService, plus husk's
+//! admin API, on one unix socket.
+//!
+//! Handlers are thin: validate → convert → call a manager → convert back;
+//! one file per RPC under `runtime/` and `image/`. The socket is bound
+//! first; managers are opened (recovering state) in the background, and
+//! until then every RPC answers Unavailable (see `instrument.rs`).
+
+pub mod admin;
+pub mod image;
+pub mod instrument;
+pub mod runtime;
+
+use crate::api::admin::admin_server::AdminServer;
+use crate::api::cri::image_service_server::ImageServiceServer;
+use crate::api::cri::runtime_service_server::RuntimeServiceServer;
+use crate::config::Config;
+use crate::image::{ImageManager, ImageStoreConfig};
+use anyhow::Context as _;
+use instrument::State;
+use std::os::unix::fs::PermissionsExt;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::UnixListener;
+use tokio_stream::wrappers::UnixListenerStream;
+
+/// kubelet sends messages over tonic's 4 MiB default.
+const MAX_MESSAGE: usize = 64 << 20;
+
+/// Holds `<root>/husk.lock` so two servers never share a root.
+fn lock_root(cfg: &Config) -> anyhow::Result<std::fs::File> {
+    std::fs::create_dir_all(&cfg.root)
+        .with_context(|| format!("create root {}", cfg.root.display()))?;
+    let path = cfg.root.join("husk.lock");
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("open {}", path.display()))?;
+    rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive)
+        .map_err(|_| anyhow::anyhow!("another husk serve is using root {}", cfg.root.display()))?;
+    Ok(f)
+}
+
+fn bind(path: &std::path::Path) -> anyhow::Result<UnixListener> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+    }
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(e).with_context(|| format!("remove stale socket {}", path.display()))
+        }
+        _ => {}
+    }
+    let l = UnixListener::bind(path).with_context(|| format!("listen on {}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))
+        .with_context(|| format!("chmod {}", path.display()))?;
+    Ok(l)
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        std::future::pending::<()>().await;
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+        _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+    }
+}
+
+/// Runs the server until SIGTERM/SIGINT.
+pub async fn serve(cfg: Config) -> anyhow::Result<()> {
+    let _lock = lock_root(&cfg)?;
+    std::fs::create_dir_all(&cfg.state)
+        .with_context(|| format!("create state {}", cfg.state.display()))?;
+    let listener = bind(&cfg.listen)?;
+    let state = Arc::new(State::new(cfg.clone()));
+
+    let recover = state.clone();
+    let store_cfg = ImageStoreConfig {
+        root: cfg.root.clone(),
+        registry_config_dir: cfg.registry.config_dir.clone(),
+        max_concurrent_downloads: cfg.registry.max_concurrent_downloads,
+        stall_timeout: Duration::from_secs(cfg.registry.stall_timeout_secs),
+    };
+    let (failed_tx, failed_rx) = tokio::sync::oneshot::channel::<anyhow::Error>();
+    tokio::spawn(async move {
+        let r = tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
+            let images = ImageManager::open(store_cfg).context("open image store")?;
+            recover.set_images(Arc::new(images));
+            Ok(())
+        })
+        .await;
+        match r {
+            Ok(Ok(())) => tracing::info!("recovery done; serving"),
+            Ok(Err(e)) => {
+                let _ = failed_tx.send(e);
+            }
+            Err(e) => {
+                let _ = failed_tx.send(anyhow::anyhow!("recovery task: {e}"));
+            }
+        }
+    });
+    let failure = Arc::new(std::sync::Mutex::new(None));
+    let failure_slot = failure.clone();
+    let stop = async move {
+        tokio::select! {
+            _ = shutdown_signal() => {}
+            Ok(e) = failed_rx => {
+                tracing::error!(error = %format!("{e:#}"), "recovery failed");
+                *failure_slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+            }
+        }
+    };
+
+    tracing::info!(listen = %cfg.listen.display(), root = %cfg.root.display(), version = env!("CARGO_PKG_VERSION"), "husk serve listening");
+    let result = tonic::transport::Server::builder()
+        .trace_fn(|req| tracing::debug_span!("rpc", method = %req.uri().path()))
+        .add_service(
+            RuntimeServiceServer::new(runtime::Runtime::new(state.clone()))
+                .max_decoding_message_size(MAX_MESSAGE)
+                .max_encoding_message_size(MAX_MESSAGE),
+        )
+        .add_service(
+            ImageServiceServer::new(image::Images::new(state.clone()))
+                .max_decoding_message_size(MAX_MESSAGE)
+                .max_encoding_message_size(MAX_MESSAGE),
+        )
+        .add_service(AdminServer::new(admin::Admin::new(state.clone())))
+        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), stop)
+        .await;
+    let _ = std::fs::remove_file(&cfg.listen);
+    result.context("grpc server")?;
+    if let Some(e) = failure.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        return Err(e);
+    }
+    tracing::info!("husk serve stopped");
+    Ok(())
+}

@@ -1,0 +1,75 @@
+//! Status: the RuntimeReady and NetworkReady conditions.
+//!
+//! RuntimeReady is true once recovery is done. NetworkReady follows the CNI
+//! config dir: false with reason NetworkPluginNotReady while it holds no
+//! network config, as containerd reports.
+
+use crate::api::cri::{RuntimeCondition, RuntimeStatus, StatusRequest, StatusResponse};
+use crate::server::instrument::State;
+use std::collections::HashMap;
+use std::path::Path;
+use tonic::Status;
+
+/// Whether `dir` holds a CNI network config (`.conf`, `.conflist`, `.json`).
+pub fn has_cni_config(dir: &Path) -> bool {
+    std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten().any(|e| {
+                let p = e.path();
+                p.is_file()
+                    && matches!(
+                        p.extension().and_then(|x| x.to_str()),
+                        Some("conf" | "conflist" | "json")
+                    )
+            })
+        })
+        .unwrap_or(false)
+}
+
+pub async fn handle(state: &State, req: StatusRequest) -> Result<StatusResponse, Status> {
+    let runtime_ready = state.images().is_ok();
+    let runtime = RuntimeCondition {
+        r#type: "RuntimeReady".into(),
+        status: runtime_ready,
+        reason: if runtime_ready {
+            String::new()
+        } else {
+            "Recovering".into()
+        },
+        message: if runtime_ready {
+            String::new()
+        } else {
+            "husk is recovering its state".into()
+        },
+    };
+    let dir = &state.cfg.cni.conf_dir;
+    let net_ready = has_cni_config(dir);
+    let network = RuntimeCondition {
+        r#type: "NetworkReady".into(),
+        status: net_ready,
+        reason: if net_ready {
+            String::new()
+        } else {
+            "NetworkPluginNotReady".into()
+        },
+        message: if net_ready {
+            String::new()
+        } else {
+            format!("Network plugin returns error: cni plugin not initialized: no network config found in {}", dir.display())
+        },
+    };
+    let mut info = HashMap::new();
+    if req.verbose {
+        info.insert(
+            "config".to_string(),
+            serde_json::to_string(&state.cfg).map_err(|e| Status::internal(e.to_string()))?,
+        );
+    }
+    Ok(StatusResponse {
+        status: Some(RuntimeStatus {
+            conditions: vec![runtime, network],
+        }),
+        info,
+        ..Default::default()
+    })
+}

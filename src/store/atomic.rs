@@ -1,0 +1,95 @@
+//! Atomic file replacement (temp file + fsync + rename + directory fsync).
+
+use serde::{de::DeserializeOwned, Serialize};
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::Path;
+
+/// Writes `data` to `path` atomically.
+pub fn write_file(path: &Path, data: &[u8]) -> io::Result<()> {
+    let dir = path.parent().ok_or_else(|| {
+        io::Error::new(io::ErrorKind::InvalidInput, "path has no parent directory")
+    })?;
+    fs::create_dir_all(dir)?;
+    let name = path
+        .file_name()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"))?;
+    let tmp = dir.join(format!(
+        ".{}.tmp-{}-{:x}",
+        name.to_string_lossy(),
+        std::process::id(),
+        rand::random::<u64>()
+    ));
+    let result = (|| {
+        let mut f = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
+        f.write_all(data)?;
+        f.sync_all()?;
+        fs::rename(&tmp, path)?;
+        File::open(dir)?.sync_all()
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// Serializes `value` as JSON and writes it atomically.
+pub fn write_json<T: Serialize>(path: &Path, value: &T) -> io::Result<()> {
+    let data = serde_json::to_vec_pretty(value).map_err(io::Error::other)?;
+    write_file(path, &data)
+}
+
+/// Reads a JSON record; `Ok(None)` when the file does not exist.
+pub fn read_json<T: DeserializeOwned>(path: &Path) -> io::Result<Option<T>> {
+    match fs::read(path) {
+        Ok(data) => serde_json::from_slice(&data)
+            .map(Some)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Removes temp files left by writes interrupted by a crash.
+pub fn remove_stale_temps(dir: &Path) -> io::Result<usize> {
+    let mut n = 0;
+    let entries = match fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(e),
+    };
+    for entry in entries {
+        let entry = entry?;
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with('.') && name.contains(".tmp-") {
+            fs::remove_file(entry.path())?;
+            n += 1;
+        }
+    }
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_replace() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path().join("sub/rec.json");
+        write_json(&p, &vec![1, 2, 3]).expect("write");
+        write_json(&p, &vec![4]).expect("replace");
+        let v: Option<Vec<i32>> = read_json(&p).expect("read");
+        assert_eq!(v, Some(vec![4]));
+        let none: Option<Vec<i32>> = read_json(&dir.path().join("nope")).expect("missing");
+        assert_eq!(none, None);
+        fs::write(dir.path().join("sub/.rec.json.tmp-1-2"), b"torn").expect("stale");
+        assert_eq!(
+            remove_stale_temps(&dir.path().join("sub")).expect("clean"),
+            1
+        );
+        let left: Vec<_> = fs::read_dir(dir.path().join("sub")).expect("ls").collect();
+        assert_eq!(left.len(), 1);
+    }
+}
