@@ -1,0 +1,97 @@
+//! Shared harness for the root integration tests: a real `docker-registry`
+//! on a free 127.0.0.1 port, images built from busybox-static and pushed
+//! over the distribution API, and `husk serve` instances with private
+//! roots, sockets and config dirs.
+#![allow(dead_code, clippy::unwrap_used)]
+
+pub mod images;
+pub mod registry;
+pub mod server;
+
+use std::path::Path;
+
+/// Skips (with a message) when not root: these tests need mounts.
+pub fn require_root() -> bool {
+    if rustix::process::geteuid().is_root() {
+        true
+    } else {
+        eprintln!("skipping: needs root");
+        false
+    }
+}
+
+/// A free TCP port on 127.0.0.1.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Number of files (not dirs) under `dir`.
+pub fn count_files(dir: &Path) -> usize {
+    let mut n = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else { continue };
+        for e in rd.flatten() {
+            let ft = e.file_type().unwrap();
+            if ft.is_dir() {
+                stack.push(e.path());
+            } else {
+                n += 1;
+            }
+        }
+    }
+    n
+}
+
+/// Mount points under `dir` right now.
+pub fn mounts_under(dir: &Path) -> Vec<String> {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4).map(str::to_string))
+        .filter(|m| Path::new(m).starts_with(dir))
+        .collect()
+}
+
+/// A TCP proxy on 127.0.0.1 that slows responses to about `bytes_per_sec`,
+/// so a test can act in the middle of a transfer.
+pub async fn throttle_proxy(upstream: u16, bytes_per_sec: usize) -> (u16, tokio::task::JoinHandle<()>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    let h = tokio::spawn(async move {
+        loop {
+            let Ok((client, _)) = l.accept().await else { return };
+            tokio::spawn(async move {
+                let Ok(server) = tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await else { return };
+                let (mut cr, mut cw) = client.into_split();
+                let (mut sr, mut sw) = server.into_split();
+                let up = tokio::spawn(async move {
+                    let _ = tokio::io::copy(&mut cr, &mut sw).await;
+                    let _ = sw.shutdown().await;
+                });
+                let chunk = 16 * 1024;
+                let pause = std::time::Duration::from_secs_f64(chunk as f64 / bytes_per_sec as f64);
+                let mut buf = vec![0u8; chunk];
+                loop {
+                    match sr.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => {
+                            if cw.write_all(&buf[..n]).await.is_err() {
+                                break;
+                            }
+                            tokio::time::sleep(pause).await;
+                        }
+                    }
+                }
+                let _ = cw.shutdown().await;
+                up.abort();
+            });
+        }
+    });
+    (port, h)
+}
