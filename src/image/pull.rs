@@ -157,6 +157,7 @@ impl ImageManager {
         desc: &Descriptor,
         creds: &Credentials,
     ) -> Result<Vec<u8>, ImageError> {
+        let _lock = self.blob_locks.lock(&desc.digest).await;
         if self.content.has(&desc.digest) {
             return self.content.read(&desc.digest);
         }

@@ -148,7 +148,8 @@ impl Layer {
 
 /// busybox-static plus applet links and minimal /etc files.
 pub fn busybox_entries() -> Vec<Entry> {
-    let bb = std::fs::read("/bin/busybox").expect("busybox-static must be installed (/bin/busybox)");
+    let bb =
+        std::fs::read("/bin/busybox").expect("busybox-static must be installed (/bin/busybox)");
     let mut v = vec![
         Entry::Dir("bin/".into(), 0o755),
         Entry::Dir("etc/".into(), 0o755),
@@ -159,9 +160,17 @@ pub fn busybox_entries() -> Vec<Entry> {
             b"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/sh\n".to_vec(),
             0o644,
         ),
-        Entry::File("etc/group".into(), b"root:x:0:\nnogroup:x:65534:\n".to_vec(), 0o644),
+        Entry::File(
+            "etc/group".into(),
+            b"root:x:0:\nnogroup:x:65534:\n".to_vec(),
+            0o644,
+        ),
     ];
-    for applet in ["sh", "ls", "cat", "echo", "sleep", "true", "false", "env", "id", "wget", "httpd", "nc", "ip", "hostname", "mount", "ps", "kill", "head", "yes", "dd", "timeout", "touch", "mkdir", "rm", "grep", "sed"] {
+    for applet in [
+        "sh", "ls", "cat", "echo", "sleep", "true", "false", "env", "id", "wget", "httpd", "nc",
+        "ip", "hostname", "mount", "ps", "kill", "head", "yes", "dd", "timeout", "touch", "mkdir",
+        "rm", "grep", "sed",
+    ] {
         v.push(Entry::Symlink(format!("bin/{applet}"), "busybox".into()));
     }
     v
@@ -182,7 +191,11 @@ pub struct Image {
 
 impl Image {
     pub fn new(layers: Vec<Layer>) -> Image {
-        Image::with_config(layers, "amd64", serde_json::json!({"Cmd": ["/bin/sh"], "Env": ["PATH=/bin"]}))
+        Image::with_config(
+            layers,
+            "amd64",
+            serde_json::json!({"Cmd": ["/bin/sh"], "Env": ["PATH=/bin"]}),
+        )
     }
 
     pub fn with_config(layers: Vec<Layer>, arch: &str, config: serde_json::Value) -> Image {
@@ -206,7 +219,10 @@ impl Image {
     /// The manifest body and media type.
     pub fn manifest(&self, f: Format) -> (Vec<u8>, &'static str) {
         let (mt, cfg_mt) = match f {
-            Format::Oci => ("application/vnd.oci.image.manifest.v1+json", "application/vnd.oci.image.config.v1+json"),
+            Format::Oci => (
+                "application/vnd.oci.image.manifest.v1+json",
+                "application/vnd.oci.image.config.v1+json",
+            ),
             Format::Docker => (
                 "application/vnd.docker.distribution.manifest.v2+json",
                 "application/vnd.docker.container.image.v1+json",
@@ -257,7 +273,10 @@ impl Pusher {
     pub async fn blob(&self, repo: &str, data: &[u8]) -> String {
         let digest = sha256_digest(data);
         let head = self
-            .req(reqwest::Method::HEAD, &format!("{}/v2/{repo}/blobs/{digest}", self.base))
+            .req(
+                reqwest::Method::HEAD,
+                &format!("{}/v2/{repo}/blobs/{digest}", self.base),
+            )
             .send()
             .await
             .unwrap();
@@ -265,13 +284,20 @@ impl Pusher {
             return digest;
         }
         let r = self
-            .req(reqwest::Method::POST, &format!("{}/v2/{repo}/blobs/uploads/", self.base))
+            .req(
+                reqwest::Method::POST,
+                &format!("{}/v2/{repo}/blobs/uploads/", self.base),
+            )
             .send()
             .await
             .unwrap();
         assert_eq!(r.status(), 202, "start upload");
         let loc = r.headers()["location"].to_str().unwrap().to_string();
-        let loc = if loc.starts_with("http") { loc } else { format!("{}{loc}", self.base) };
+        let loc = if loc.starts_with("http") {
+            loc
+        } else {
+            format!("{}{loc}", self.base)
+        };
         let sep = if loc.contains('?') { '&' } else { '?' };
         let r = self
             .req(reqwest::Method::PUT, &format!("{loc}{sep}digest={digest}"))
@@ -280,19 +306,38 @@ impl Pusher {
             .send()
             .await
             .unwrap();
-        assert_eq!(r.status(), 201, "finish upload: {}", r.text().await.unwrap_or_default());
+        assert_eq!(
+            r.status(),
+            201,
+            "finish upload: {}",
+            r.text().await.unwrap_or_default()
+        );
         digest
     }
 
-    pub async fn manifest(&self, repo: &str, reference: &str, body: &[u8], media_type: &str) -> String {
+    pub async fn manifest(
+        &self,
+        repo: &str,
+        reference: &str,
+        body: &[u8],
+        media_type: &str,
+    ) -> String {
         let r = self
-            .req(reqwest::Method::PUT, &format!("{}/v2/{repo}/manifests/{reference}", self.base))
+            .req(
+                reqwest::Method::PUT,
+                &format!("{}/v2/{repo}/manifests/{reference}", self.base),
+            )
             .header("content-type", media_type)
             .body(body.to_vec())
             .send()
             .await
             .unwrap();
-        assert_eq!(r.status(), 201, "put manifest: {}", r.text().await.unwrap_or_default());
+        assert_eq!(
+            r.status(),
+            201,
+            "put manifest: {}",
+            r.text().await.unwrap_or_default()
+        );
         sha256_digest(body)
     }
 
@@ -325,7 +370,10 @@ impl Pusher {
             Format::Oci => "application/vnd.oci.image.index.v1+json",
             Format::Docker => "application/vnd.docker.distribution.manifest.list.v2+json",
         };
-        let body = serde_json::to_vec(&serde_json::json!({"schemaVersion": 2, "mediaType": mt, "manifests": descs})).unwrap();
+        let body = serde_json::to_vec(
+            &serde_json::json!({"schemaVersion": 2, "mediaType": mt, "manifests": descs}),
+        )
+        .unwrap();
         self.manifest(repo, tag, &body, mt).await
     }
 }
@@ -343,7 +391,10 @@ pub fn big_image() -> Image {
     let mut layers = vec![Layer::new(&busybox_entries(), Compression::Gzip)];
     for i in 0..4u64 {
         layers.push(Layer::new(
-            &[Entry::Dir("data/".into(), 0o755), Entry::File(format!("data/blob{i}"), random_bytes(25 << 20, i), 0o644)],
+            &[
+                Entry::Dir("data/".into(), 0o755),
+                Entry::File(format!("data/blob{i}"), random_bytes(25 << 20, i), 0o644),
+            ],
             Compression::Gzip,
         ));
     }

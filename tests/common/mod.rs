@@ -7,6 +7,7 @@
 pub mod images;
 pub mod registry;
 pub mod server;
+pub mod token_auth;
 
 use std::path::Path;
 
@@ -34,7 +35,9 @@ pub fn count_files(dir: &Path) -> usize {
     let mut n = 0;
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
-        let Ok(rd) = std::fs::read_dir(&d) else { continue };
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
         for e in rd.flatten() {
             let ft = e.file_type().unwrap();
             if ft.is_dir() {
@@ -59,15 +62,23 @@ pub fn mounts_under(dir: &Path) -> Vec<String> {
 
 /// A TCP proxy on 127.0.0.1 that slows responses to about `bytes_per_sec`,
 /// so a test can act in the middle of a transfer.
-pub async fn throttle_proxy(upstream: u16, bytes_per_sec: usize) -> (u16, tokio::task::JoinHandle<()>) {
+pub async fn throttle_proxy(
+    upstream: u16,
+    bytes_per_sec: usize,
+) -> (u16, tokio::task::JoinHandle<()>) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = l.local_addr().unwrap().port();
     let h = tokio::spawn(async move {
         loop {
-            let Ok((client, _)) = l.accept().await else { return };
+            let Ok((client, _)) = l.accept().await else {
+                return;
+            };
             tokio::spawn(async move {
-                let Ok(server) = tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await else { return };
+                let Ok(server) = tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await
+                else {
+                    return;
+                };
                 let (mut cr, mut cw) = client.into_split();
                 let (mut sr, mut sw) = server.into_split();
                 let up = tokio::spawn(async move {

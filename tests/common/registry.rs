@@ -24,7 +24,10 @@ impl Registry {
         let port = super::free_port();
         let mut auth = String::new();
         if let Some((u, p)) = user {
-            let out = Command::new("htpasswd").args(["-Bbn", u, p]).output().unwrap();
+            let out = Command::new("htpasswd")
+                .args(["-Bbn", u, p])
+                .output()
+                .unwrap();
             assert!(out.status.success(), "htpasswd failed");
             let path = dir.path().join("htpasswd");
             std::fs::write(&path, out.stdout).unwrap();
@@ -38,7 +41,10 @@ impl Registry {
             dir.path().join("data").display()
         );
         let cfg = dir.path().join("config.yml");
-        std::fs::File::create(&cfg).unwrap().write_all(config.as_bytes()).unwrap();
+        std::fs::File::create(&cfg)
+            .unwrap()
+            .write_all(config.as_bytes())
+            .unwrap();
         let log = dir.path().join("registry.log");
         let logf = std::fs::File::create(&log).unwrap();
         let child = Command::new("docker-registry")
@@ -58,7 +64,11 @@ impl Registry {
         };
         let deadline = Instant::now() + Duration::from_secs(20);
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "registry did not start: {}", std::fs::read_to_string(&reg.log).unwrap_or_default());
+            assert!(
+                Instant::now() < deadline,
+                "registry did not start: {}",
+                std::fs::read_to_string(&reg.log).unwrap_or_default()
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
         reg

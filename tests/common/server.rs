@@ -33,9 +33,16 @@ impl Husk {
     }
 
     pub async fn start_with(extra: Vec<String>) -> Husk {
-        let dir = tempfile::Builder::new().prefix("husk-test-").tempdir().unwrap();
+        let dir = tempfile::Builder::new()
+            .prefix("husk-test-")
+            .tempdir()
+            .unwrap();
         std::fs::create_dir_all(dir.path().join("certs.d")).unwrap();
-        let mut h = Husk { dir, child: None, extra };
+        let mut h = Husk {
+            dir,
+            child: None,
+            extra,
+        };
         h.spawn().await;
         h
     }
@@ -93,11 +100,18 @@ impl Husk {
         loop {
             if let Ok(ch) = husk::cli::connect(&self.endpoint()).await {
                 let mut c = ImageServiceClient::new(ch);
-                if c.list_images(ListImagesRequest { filter: None }).await.is_ok() {
+                if c.list_images(ListImagesRequest { filter: None })
+                    .await
+                    .is_ok()
+                {
                     return;
                 }
             }
-            assert!(Instant::now() < deadline, "husk did not become ready:\n{}", self.log());
+            assert!(
+                Instant::now() < deadline,
+                "husk did not become ready:\n{}",
+                self.log()
+            );
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
     }
@@ -120,7 +134,11 @@ impl Husk {
     /// SIGTERM and wait; returns the exit status.
     pub fn terminate(&mut self) -> std::process::ExitStatus {
         let mut c = self.child.take().unwrap();
-        rustix::process::kill_process(rustix::process::Pid::from_raw(c.id() as i32).unwrap(), rustix::process::Signal::TERM).unwrap();
+        rustix::process::kill_process(
+            rustix::process::Pid::from_raw(c.id() as i32).unwrap(),
+            rustix::process::Signal::TERM,
+        )
+        .unwrap();
         c.wait().unwrap()
     }
 
@@ -145,11 +163,18 @@ impl Husk {
         self.pull_auth(image, None).await
     }
 
-    pub async fn pull_auth(&self, image: &str, auth: Option<AuthConfig>) -> Result<String, tonic::Status> {
+    pub async fn pull_auth(
+        &self,
+        image: &str,
+        auth: Option<AuthConfig>,
+    ) -> Result<String, tonic::Status> {
         self.images()
             .await
             .pull_image(PullImageRequest {
-                image: Some(ImageSpec { image: image.into(), ..Default::default() }),
+                image: Some(ImageSpec {
+                    image: image.into(),
+                    ..Default::default()
+                }),
                 auth,
                 sandbox_config: None,
             })
@@ -171,7 +196,10 @@ impl Husk {
         self.images()
             .await
             .image_status(ImageStatusRequest {
-                image: Some(ImageSpec { image: image.into(), ..Default::default() }),
+                image: Some(ImageSpec {
+                    image: image.into(),
+                    ..Default::default()
+                }),
                 verbose: true,
             })
             .await
@@ -184,7 +212,10 @@ impl Husk {
         self.images()
             .await
             .remove_image(RemoveImageRequest {
-                image: Some(ImageSpec { image: image.into(), ..Default::default() }),
+                image: Some(ImageSpec {
+                    image: image.into(),
+                    ..Default::default()
+                }),
             })
             .await
             .map(|_| ())
@@ -193,7 +224,12 @@ impl Husk {
     /// The snapshot `fs` dirs of an image, bottom first, read from disk.
     pub fn layer_dirs(&self, image_id: &str) -> Vec<PathBuf> {
         let rec: serde_json::Value = serde_json::from_slice(
-            &std::fs::read(self.root().join("images").join(format!("{}.json", image_id.trim_start_matches("sha256:")))).unwrap(),
+            &std::fs::read(
+                self.root()
+                    .join("images")
+                    .join(format!("{}.json", image_id.trim_start_matches("sha256:"))),
+            )
+            .unwrap(),
         )
         .unwrap();
         rec["chain_ids"]
@@ -202,7 +238,8 @@ impl Husk {
             .iter()
             .map(|c| {
                 let name = c.as_str().unwrap().replace(':', "-");
-                let id = std::fs::read_to_string(self.root().join("snapshots/chains").join(name)).unwrap();
+                let id = std::fs::read_to_string(self.root().join("snapshots/chains").join(name))
+                    .unwrap();
                 self.root().join("snapshots").join(id.trim()).join("fs")
             })
             .collect()
@@ -214,11 +251,20 @@ impl Husk {
         if dirs.len() == 1 {
             return Mounted(dirs[0].clone(), false);
         }
-        let target = self.dir.path().join(format!("view-{}", rand::random::<u32>()));
+        let target = self
+            .dir
+            .path()
+            .join(format!("view-{}", rand::random::<u32>()));
         std::fs::create_dir_all(&target).unwrap();
         let lower: Vec<String> = dirs.iter().rev().map(|d| d.display().to_string()).collect();
         let st = Command::new("mount")
-            .args(["-t", "overlay", "overlay", "-o", &format!("lowerdir={}", lower.join(":"))])
+            .args([
+                "-t",
+                "overlay",
+                "overlay",
+                "-o",
+                &format!("lowerdir={}", lower.join(":")),
+            ])
             .arg(&target)
             .status()
             .unwrap();
