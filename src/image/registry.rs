@@ -36,12 +36,14 @@ struct ClientKey {
     client: Vec<(PathBuf, Option<PathBuf>)>,
 }
 
+/// (endpoint url, scope, credentials fingerprint) of a cached token.
+type TokenKey = (String, String, String);
+
 /// Talks to registries; shared by all pulls.
 pub struct RegistryClient {
     config_dir: PathBuf,
     clients: Mutex<HashMap<ClientKey, reqwest::Client>>,
-    /// (endpoint url, scope, credentials fingerprint) → (header, expiry).
-    tokens: Mutex<HashMap<(String, String, String), (String, Instant)>>,
+    tokens: Mutex<HashMap<TokenKey, (String, Instant)>>,
 }
 
 impl RegistryClient {
@@ -381,7 +383,7 @@ impl RegistryClient {
         Ok((format!("Bearer {token}"), ttl))
     }
 
-    fn cached_token(&self, key: &(String, String, String)) -> Option<String> {
+    fn cached_token(&self, key: &TokenKey) -> Option<String> {
         let tokens = self.tokens.lock().ok()?;
         tokens
             .get(key)
@@ -389,7 +391,7 @@ impl RegistryClient {
             .map(|(h, _)| h.clone())
     }
 
-    fn store_token(&self, key: (String, String, String), header: String, ttl: Duration) {
+    fn store_token(&self, key: TokenKey, header: String, ttl: Duration) {
         if let Ok(mut tokens) = self.tokens.lock() {
             // Renew a little early so a token never expires mid-request.
             let exp = Instant::now() + ttl.saturating_sub(Duration::from_secs(5));

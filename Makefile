@@ -1,0 +1,26 @@
+# husk: common tasks. Every target installs what it needs first.
+.PHONY: setup build test demo bench-pull lint
+
+setup:
+	bash packaging/setup-dev.sh
+
+build: setup
+	cargo build --release
+
+# Every test: unit tests and the root integration suite (real registry,
+# real kernel mounts). Must run as root.
+test: setup
+	cargo test --all-targets
+
+lint:
+	cargo fmt --check
+	cargo clippy --all-targets -- -D warnings
+
+# The main job on embedded defaults: a local registry with a test image,
+# husk serve, a pull and a listing.
+demo: build
+	bash packaging/demo.sh
+
+# Cold pull of a 100 MB, 5-layer image: husk vs containerd 1.6, interleaved.
+bench-pull: build
+	bash packaging/bench-pull.sh

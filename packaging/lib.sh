@@ -1,0 +1,62 @@
+# Shared helpers for the demo and benchmark scripts (sourced, not run).
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+# start_registry DIR PORT: a docker-registry on 127.0.0.1:PORT storing in DIR.
+start_registry() {
+  local dir=$1 port=$2
+  mkdir -p "$dir/data"
+  cat >"$dir/config.yml" <<YML
+version: 0.1
+log:
+  level: warn
+  accesslog:
+    disabled: true
+storage:
+  filesystem:
+    rootdirectory: $dir/data
+  delete:
+    enabled: true
+http:
+  addr: 127.0.0.1:$port
+YML
+  docker-registry serve "$dir/config.yml" >"$dir/registry.log" 2>&1 &
+  echo $! >"$dir/pid"
+  for _ in $(seq 100); do
+    curl -fs "http://127.0.0.1:$port/v2/" >/dev/null && return 0
+    sleep 0.1
+  done
+  echo "registry did not start" >&2
+  return 1
+}
+
+# build_busybox_oci LAYOUT: an OCI layout with one busybox-static image tagged latest.
+build_busybox_oci() {
+  local layout=$1 work
+  work=$(mktemp -d)
+  umoci init --layout "$layout"
+  umoci new --image "$layout:latest"
+  umoci unpack --image "$layout:latest" "$work/bundle" >/dev/null
+  mkdir -p "$work/bundle/rootfs/bin" "$work/bundle/rootfs/etc" "$work/bundle/rootfs/tmp"
+  cp /bin/busybox "$work/bundle/rootfs/bin/busybox"
+  for a in $(/bin/busybox --list); do
+    [ "$a" = busybox ] || ln -sf busybox "$work/bundle/rootfs/bin/$a"
+  done
+  printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/sh\n' >"$work/bundle/rootfs/etc/passwd"
+  printf 'root:x:0:\nnogroup:x:65534:\n' >"$work/bundle/rootfs/etc/group"
+  umoci repack --image "$layout:latest" "$work/bundle" >/dev/null
+  umoci config --image "$layout:latest" --config.cmd /bin/sh --config.env PATH=/bin >/dev/null
+  rm -rf "$work"
+}
+
+# wait_socket PATH: until a unix socket exists.
+wait_socket() {
+  for _ in $(seq 200); do
+    [ -S "$1" ] && return 0
+    sleep 0.05
+  done
+  echo "no socket at $1" >&2
+  return 1
+}
