@@ -60,3 +60,47 @@ wait_socket() {
   echo "no socket at $1" >&2
   return 1
 }
+
+# build_big_oci LAYOUT: busybox plus four 25 MB random layers (5 layers, ~100 MB).
+build_big_oci() {
+  local layout=$1 work i
+  build_busybox_oci "$layout"
+  work=$(mktemp -d)
+  for i in 1 2 3 4; do
+    umoci unpack --image "$layout:latest" "$work/b$i" >/dev/null
+    mkdir -p "$work/b$i/rootfs/data"
+    head -c 25M /dev/urandom >"$work/b$i/rootfs/data/blob$i"
+    umoci repack --image "$layout:latest" "$work/b$i" >/dev/null
+    rm -rf "$work/b$i"
+  done
+  rm -rf "$work"
+}
+
+# start_containerd DIR CERTS_D: Debian's containerd on its own root and socket.
+start_containerd() {
+  local dir=$1 certs=$2
+  mkdir -p "$dir/root" "$dir/state" "$dir/net.d"
+  cat >"$dir/config.toml" <<TOML
+version = 2
+root = "$dir/root"
+state = "$dir/state"
+[grpc]
+  address = "$dir/containerd.sock"
+[ttrpc]
+  address = "$dir/containerd.sock.ttrpc"
+[debug]
+  address = ""
+[metrics]
+  address = ""
+[plugins."io.containerd.grpc.v1.cri"]
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "$certs"
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "$dir/net.d"
+TOML
+  containerd --config "$dir/config.toml" >"$dir/containerd.log" 2>&1 &
+  echo $! >"$dir/pid"
+  wait_socket "$dir/containerd.sock"
+}

@@ -5,6 +5,7 @@
 //! content store and overlay snapshots. See the README for the whole flow.
 
 pub mod api;
+pub mod bench;
 pub mod cli;
 pub mod config;
 pub mod error;

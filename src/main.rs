@@ -62,6 +62,24 @@ enum Cmd {
         #[command(subcommand)]
         cmd: ImagesCmd,
     },
+    /// Measure CRI runtimes side by side (`--vs`), interleaved in one run.
+    Bench {
+        /// The runtime to measure.
+        #[arg(long, default_value = husk::cli::DEFAULT_ENDPOINT)]
+        endpoint: String,
+        /// A second runtime to compare against.
+        #[arg(long)]
+        vs: Option<String>,
+        /// Iterations per operation.
+        #[arg(long, default_value_t = 5)]
+        iterations: usize,
+        /// Image for the cold-pull operation.
+        #[arg(long)]
+        image: String,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
     /// Configuration helpers.
     Config {
         #[command(subcommand)]
@@ -176,8 +194,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Serve(flags) => {
             let cfg = load_config(&flags)?;
             husk::logging::init(&cfg.log_level, &cfg.log_format);
+            husk::sys::limit_malloc_arenas();
             runtime()?.block_on(husk::server::serve(cfg))
         }
+        Cmd::Bench {
+            endpoint,
+            vs,
+            iterations,
+            image,
+            json,
+        } => runtime()?.block_on(bench(endpoint, vs, iterations, image, json)),
         Cmd::Config {
             cmd: ConfigCmd::Default,
         } => {
@@ -200,4 +226,74 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
         }
     }
+}
+
+async fn bench(
+    endpoint: String,
+    vs: Option<String>,
+    iterations: usize,
+    image: String,
+    json: bool,
+) -> anyhow::Result<()> {
+    use husk::bench::*;
+    let mut targets = vec![Target::connect("runtime", &endpoint).await?];
+    if let Some(v) = &vs {
+        targets.push(Target::connect("vs", v).await?);
+    }
+    for t in targets.iter_mut() {
+        let v = husk::api::cri::runtime_service_client::RuntimeServiceClient::new(
+            husk::cli::connect(&t.endpoint).await?,
+        )
+        .version(husk::api::cri::VersionRequest {
+            version: "v1".into(),
+        })
+        .await?
+        .into_inner();
+        t.name = format!("{} {}", v.runtime_name, v.runtime_version);
+    }
+    let load_before = loadavg();
+    let results = bench_pull(&mut targets, &image, iterations).await?;
+    let load_after = loadavg();
+    if json {
+        let out = serde_json::json!({"image": image, "iterations": iterations, "load_before": load_before, "load_after": load_after, "pull": results});
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(());
+    }
+    println!("cold pull of {image} ({} bytes), {iterations} interleaved iterations; load {load_before} -> {load_after}", results[0].image_bytes);
+    println!(
+        "{:<28} {:>10} {:>10} {:>10} {:>10} {:>12} {:>14} {:>14}",
+        "runtime",
+        "p50 ms",
+        "p90 ms",
+        "p99 ms",
+        "MB/s p50",
+        "CPU ms/pull",
+        "idle RSS MB",
+        "RSS after MB"
+    );
+    for r in &results {
+        println!(
+            "{:<28} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>12.0} {:>14.1} {:>14.1}",
+            r.runtime,
+            r.pull.p50_ms,
+            r.pull.p90_ms,
+            r.pull.p99_ms,
+            r.mb_per_s_p50,
+            r.cpu_ms_per_pull,
+            r.rss_idle_before_mb,
+            r.rss_idle_after_mb
+        );
+    }
+    if results.len() == 2 {
+        let (a, b) = (&results[0], &results[1]);
+        println!(
+            "ratio {} / {}: throughput {:.2}x, pull time {:.2}x, idle RSS {:.2}x",
+            a.runtime,
+            b.runtime,
+            a.mb_per_s_p50 / b.mb_per_s_p50.max(f64::MIN_POSITIVE),
+            a.pull.p50_ms / b.pull.p50_ms.max(f64::MIN_POSITIVE),
+            a.rss_idle_after_mb / b.rss_idle_after_mb.max(f64::MIN_POSITIVE)
+        );
+    }
+    Ok(())
 }

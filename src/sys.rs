@@ -79,6 +79,27 @@ pub fn disk_usage(dir: &Path) -> (u64, u64) {
     (bytes, seen.len() as u64)
 }
 
+/// Limits glibc malloc arenas: a server with many short-lived blocking
+/// threads otherwise keeps one arena (and its freed memory) per thread.
+pub fn limit_malloc_arenas() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: mallopt only tunes allocator parameters; called at start-up
+    // before the runtime spawns threads.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 2);
+    }
+}
+
+/// Returns freed heap memory to the kernel after a burst of work (a pull),
+/// so the idle server's RSS stays small.
+pub fn release_memory() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim has no preconditions; it only releases free pages.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

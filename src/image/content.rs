@@ -185,6 +185,11 @@ impl Write for BlobWriter {
 }
 
 impl BlobWriter {
+    /// The ingest file being written.
+    pub fn ingest_path(&self) -> &Path {
+        &self.path
+    }
+
     pub fn written(&self) -> u64 {
         self.written
     }

@@ -12,6 +12,7 @@
 
 pub mod auth;
 pub mod content;
+pub mod follow;
 pub mod hosts;
 pub mod import;
 pub mod manager;

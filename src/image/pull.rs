@@ -7,6 +7,7 @@
 //! through per-blob and per-chain locks.
 
 use super::auth::Credentials;
+use super::follow::{Feed, FeedState, FollowReader};
 use super::manager::{now_ns, ImageManager, Progress};
 use super::manifest::{self, Descriptor, Document, ImageConfig, Manifest};
 use super::records::{ImageRecord, RECORD_VERSION};
@@ -16,6 +17,7 @@ use super::ImageError;
 use std::io::Write;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 /// Aborts spawned downloads when a pull ends early.
@@ -44,6 +46,19 @@ impl Drop for ProgressGuard<'_> {
             .unwrap_or_else(|p| p.into_inner())
             .remove(&self.id);
     }
+}
+
+/// One layer download.
+struct BlobJob {
+    reference: Reference,
+    desc: Descriptor,
+    creds: Credentials,
+    progress: Arc<Progress>,
+    permits: Arc<tokio::sync::Semaphore>,
+    feed: watch::Sender<Feed>,
+    /// Downloads take slots in `order`; `turn` says whose turn it is.
+    turn: Arc<watch::Sender<usize>>,
+    order: usize,
 }
 
 /// What a pull or an import hands to `install`.
@@ -179,24 +194,57 @@ impl ImageManager {
 
     /// Streams one blob into the content store, once however many pulls
     /// ask for it at the same time.
-    async fn fetch_blob(
-        self: Arc<Self>,
+    async fn fetch_blob(self: Arc<Self>, job: BlobJob) -> Result<(), ImageError> {
+        let BlobJob {
+            reference,
+            desc,
+            creds,
+            progress,
+            permits,
+            feed,
+            turn,
+            order,
+        } = job;
+        // Take download slots in layer order: the lowest layers gate every
+        // unpack, so they must not queue behind higher ones.
+        let r = async {
+            let _ = turn.subscribe().wait_for(|n| *n >= order).await;
+            let permit = permits
+                .acquire_owned()
+                .await
+                .map_err(|_| ImageError::Internal("download limiter closed".into()))?;
+            turn.send_modify(|n| *n = (*n).max(order + 1));
+            self.download(reference, &desc, creds, progress, &feed)
+                .await
+                .inspect(|_| drop(permit))
+        }
+        .await;
+        feed.send_modify(|f| {
+            f.state = if r.is_ok() {
+                FeedState::Committed
+            } else {
+                FeedState::Failed
+            }
+        });
+        r
+    }
+
+    async fn download(
+        &self,
         r: Reference,
-        desc: Descriptor,
+        desc: &Descriptor,
         creds: Credentials,
         progress: Arc<Progress>,
-        permits: Arc<tokio::sync::Semaphore>,
+        feed: &watch::Sender<Feed>,
     ) -> Result<(), ImageError> {
         let _lock = self.blob_locks.lock(&desc.digest).await;
         if self.content.has(&desc.digest) {
             ImageManager::progress_add(&progress, desc.size);
             return Ok(());
         }
-        let _permit = permits
-            .acquire_owned()
-            .await
-            .map_err(|_| ImageError::Internal("download limiter closed".into()))?;
+        tracing::debug!(blob = %desc.digest, "download starting");
         let mut resp = self.registry.open_blob(&r, &desc.digest, &creds).await?;
+        tracing::debug!(blob = %desc.digest, "download answered");
         if let Some(len) = resp.content_length() {
             if len != desc.size {
                 return Err(ImageError::SizeMismatch {
@@ -208,6 +256,8 @@ impl ImageManager {
         }
         let url = resp.url().to_string();
         let mut w = self.content.writer(&desc.digest, Some(desc.size))?;
+        feed.send_modify(|f| f.path = Some(w.ingest_path().to_path_buf()));
+        let mut published = 0u64;
         loop {
             let chunk = tokio::time::timeout(self.cfg.stall_timeout, resp.chunk())
                 .await
@@ -231,8 +281,17 @@ impl ImageManager {
                 _ => ImageError::io(format!("write blob {}", desc.digest), e),
             })?;
             ImageManager::progress_add(&progress, chunk.len() as u64);
+            // Let a follower unpack what has arrived, a megabyte at a time.
+            if w.written() - published >= 1 << 20 {
+                w.flush()
+                    .map_err(|e| ImageError::io(format!("write blob {}", desc.digest), e))?;
+                published = w.written();
+                feed.send_modify(|f| f.written = published);
+            }
         }
-        tokio::task::block_in_place(|| w.commit())
+        let r = tokio::task::block_in_place(|| w.commit());
+        tracing::debug!(blob = %desc.digest, ok = r.is_ok(), "download done");
+        r
     }
 
     /// Fetches (when `source` is given) and unpacks the layers of a
@@ -269,16 +328,27 @@ impl ImageManager {
             self.cfg.max_concurrent_downloads,
         ));
         let mut downloads = AbortAll(Vec::with_capacity(layers.len()));
+        let mut feeds = Vec::with_capacity(layers.len());
+        let turn = Arc::new(watch::channel(0usize).0);
+        let mut spawned = 0;
         for (layer, chain) in layers.iter().zip(&chains) {
             let need = self.snapshots.get(chain).is_none() && !self.content.has(&layer.digest);
+            let (tx, rx) = watch::channel(Feed::default());
+            feeds.push(need.then_some(rx));
             let handle = match (need, source) {
-                (true, Some((r, creds))) => Some(tokio::spawn(self.clone().fetch_blob(
-                    r.clone(),
-                    layer.clone(),
-                    creds.clone(),
-                    progress.clone(),
-                    permits.clone(),
-                ))),
+                (true, Some((r, creds))) => {
+                    spawned += 1;
+                    Some(tokio::spawn(self.clone().fetch_blob(BlobJob {
+                        reference: r.clone(),
+                        desc: layer.clone(),
+                        creds: creds.clone(),
+                        progress: progress.clone(),
+                        permits: permits.clone(),
+                        feed: tx,
+                        turn: turn.clone(),
+                        order: spawned - 1,
+                    })))
+                }
                 (true, None) => {
                     return Err(ImageError::Invalid(format!(
                         "layer {} is missing",
@@ -293,38 +363,71 @@ impl ImageManager {
             downloads.0.push(handle);
         }
 
+        let started = std::time::Instant::now();
         let mut parents = Vec::with_capacity(layers.len());
         for (i, (layer, chain)) in layers.iter().zip(&chains).enumerate() {
-            if let Some(h) = downloads.0[i].take() {
-                h.await
-                    .map_err(|e| ImageError::Internal(format!("download task: {e}")))??;
-            }
             let _lock = self.chain_locks.lock(chain).await;
             let dir = match self.snapshots.get(chain) {
-                Some(dir) => dir,
+                Some(dir) => {
+                    // Another pull made it meanwhile; a download we started
+                    // for it still has to finish cleanly.
+                    if let Some(h) = downloads.0[i].take() {
+                        h.await
+                            .map_err(|e| ImageError::Internal(format!("download task: {e}")))??;
+                    }
+                    dir
+                }
                 None => {
                     let blob = self.content.path(&layer.digest);
+                    let feed = feeds[i].take();
                     let snapshots = self.snapshots.clone();
                     let lower = parents.clone();
-                    let want = diff_ids[i].clone();
-                    let chain_id = chain.clone();
-                    let digest = layer.digest.clone();
-                    tokio::task::spawn_blocking(move || {
-                        let f = std::fs::File::open(&blob)
-                            .map_err(|e| ImageError::io(format!("open layer {digest}"), e))?;
-                        let prepared = snapshots.apply(&lower, std::io::BufReader::with_capacity(1 << 20, f))?;
-                        if prepared.applied.diff_id != want {
-                            let actual = prepared.applied.diff_id.clone();
-                            snapshots.discard(prepared);
-                            tracing::warn!(layer = %digest, expected = %want, %actual, "layer diff ID mismatch");
-                            return Err(ImageError::DigestMismatch { expected: want, actual });
-                        }
-                        snapshots.commit(prepared, &chain_id)
+                    // Unpack while the blob streams in (or from the store).
+                    let applied = tokio::task::spawn_blocking(move || {
+                        let reader: Box<dyn std::io::Read + Send> = match feed {
+                            Some(rx) => Box::new(FollowReader::new(rx, blob)),
+                            None => Box::new(std::fs::File::open(&blob).map_err(|e| {
+                                ImageError::io(format!("open layer {}", blob.display()), e)
+                            })?),
+                        };
+                        snapshots.apply(&lower, reader)
                     })
                     .await
-                    .map_err(|e| ImageError::Internal(format!("unpack task: {e}")))??
+                    .map_err(|e| ImageError::Internal(format!("unpack task: {e}")))?;
+                    let downloaded = match downloads.0[i].take() {
+                        Some(h) => h
+                            .await
+                            .map_err(|e| ImageError::Internal(format!("download task: {e}")))?,
+                        None => Ok(()),
+                    };
+                    tracing::debug!(layer = %layer.digest, ms = started.elapsed().as_millis() as u64, "layer downloaded");
+                    let prepared = match (applied, downloaded) {
+                        (applied, Err(e)) => {
+                            if let Ok(p) = applied {
+                                self.snapshots.discard(p);
+                            }
+                            return Err(e);
+                        }
+                        (Err(e), Ok(())) => return Err(e),
+                        (Ok(p), Ok(())) => p,
+                    };
+                    if prepared.applied.diff_id != diff_ids[i] {
+                        let actual = prepared.applied.diff_id.clone();
+                        self.snapshots.discard(prepared);
+                        tracing::warn!(layer = %layer.digest, expected = %diff_ids[i], %actual, "layer diff ID mismatch");
+                        return Err(ImageError::DigestMismatch {
+                            expected: diff_ids[i].clone(),
+                            actual,
+                        });
+                    }
+                    let snapshots = self.snapshots.clone();
+                    let chain_id = chain.clone();
+                    tokio::task::spawn_blocking(move || snapshots.commit(prepared, &chain_id))
+                        .await
+                        .map_err(|e| ImageError::Internal(format!("commit task: {e}")))??
                 }
             };
+            tracing::debug!(layer = %layer.digest, ms = started.elapsed().as_millis() as u64, "layer ready");
             progress.layers_done.fetch_add(1, Ordering::Relaxed);
             parents.push(dir);
         }

@@ -125,7 +125,11 @@ impl Snapshots {
 
     /// Applies a layer onto a view of `parents` (bottom first) into a new,
     /// uncommitted snapshot.
-    pub fn apply<R: Read>(&self, parents: &[PathBuf], layer: R) -> Result<Prepared, ImageError> {
+    pub fn apply<R: Read + Send>(
+        &self,
+        parents: &[PathBuf],
+        layer: R,
+    ) -> Result<Prepared, ImageError> {
         let id = self.next.fetch_add(1, Ordering::SeqCst);
         let dir = self.id_dir(id);
         let fs_dir = dir.join("fs");

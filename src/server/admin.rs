@@ -29,7 +29,9 @@ impl admin_server::Admin for Admin {
             let req = r.into_inner();
             let images = state.images()?;
             let tag = (!req.tag.is_empty()).then_some(req.tag.as_str());
-            let recs = images.import(std::path::Path::new(&req.path), tag).await?;
+            let recs = images.import(std::path::Path::new(&req.path), tag).await;
+            crate::sys::release_memory();
+            let recs = recs?;
             Ok(ImportImageResponse {
                 images: recs
                     .into_iter()

@@ -20,6 +20,8 @@ pub async fn handle(state: &State, req: PullImageRequest) -> Result<PullImageRes
         .map_err(|e| Status::invalid_argument(format!("auth: {e}")))?,
         None => Credentials::default(),
     };
-    let rec = images.pull(name, &creds).await?;
+    let rec = images.pull(name, &creds).await;
+    crate::sys::release_memory();
+    let rec = rec?;
     Ok(PullImageResponse { image_ref: rec.id })
 }

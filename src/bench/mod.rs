@@ -1,0 +1,207 @@
+//! `husk bench`: the same CRI client measuring any runtime, side by side.
+//!
+//! With `--vs`, iterations alternate between the two endpoints so both see
+//! the same machine load; the report gives p50/p90/p99 per operation, the
+//! ratio of p50s, and the runtimes' RSS found through their sockets.
+
+pub mod procs;
+
+use crate::api::cri::image_service_client::ImageServiceClient;
+use crate::api::cri::{ImageSpec, ImageStatusRequest, PullImageRequest, RemoveImageRequest};
+use anyhow::Context as _;
+use serde::Serialize;
+use std::time::{Duration, Instant};
+use tonic::transport::Channel;
+
+/// Percentiles of a set of durations.
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    pub n: usize,
+    pub p50_ms: f64,
+    pub p90_ms: f64,
+    pub p99_ms: f64,
+}
+
+pub fn summarize(samples: &[Duration]) -> Summary {
+    let mut ms: Vec<f64> = samples.iter().map(|d| d.as_secs_f64() * 1e3).collect();
+    ms.sort_by(|a, b| a.total_cmp(b));
+    let pct = |p: f64| -> f64 {
+        if ms.is_empty() {
+            return 0.0;
+        }
+        let idx = ((p / 100.0) * (ms.len() - 1) as f64).round() as usize;
+        ms[idx.min(ms.len() - 1)]
+    };
+    Summary {
+        n: ms.len(),
+        p50_ms: pct(50.0),
+        p90_ms: pct(90.0),
+        p99_ms: pct(99.0),
+    }
+}
+
+/// One runtime under test.
+pub struct Target {
+    pub name: String,
+    pub endpoint: String,
+    pub images: ImageServiceClient<Channel>,
+}
+
+impl Target {
+    pub async fn connect(name: &str, endpoint: &str) -> anyhow::Result<Target> {
+        let ch = crate::cli::connect(endpoint).await?;
+        Ok(Target {
+            name: name.to_string(),
+            endpoint: endpoint.to_string(),
+            images: ImageServiceClient::new(ch).max_decoding_message_size(64 << 20),
+        })
+    }
+
+    fn processes(&self) -> Vec<u32> {
+        let path = self
+            .endpoint
+            .strip_prefix("unix://")
+            .unwrap_or(&self.endpoint);
+        let owners = procs::socket_owners(std::path::Path::new(path));
+        procs::runtime_processes(&owners, &[])
+    }
+
+    /// RSS of the server and its helper processes.
+    pub fn rss_bytes(&self) -> u64 {
+        self.processes().iter().map(|p| procs::rss_bytes(*p)).sum()
+    }
+
+    /// CPU seconds the server and its helpers have used.
+    pub fn cpu_seconds(&self) -> f64 {
+        self.processes()
+            .iter()
+            .map(|p| procs::cpu_seconds(*p))
+            .sum()
+    }
+
+    fn spec(image: &str) -> Option<ImageSpec> {
+        Some(ImageSpec {
+            image: image.to_string(),
+            ..Default::default()
+        })
+    }
+
+    /// Removes the image (so the next pull is cold), then times a pull.
+    pub async fn cold_pull(&mut self, image: &str) -> anyhow::Result<(Duration, u64)> {
+        self.images
+            .remove_image(RemoveImageRequest {
+                image: Target::spec(image),
+            })
+            .await
+            .with_context(|| format!("{}: remove {image}", self.name))?;
+        let start = Instant::now();
+        self.images
+            .pull_image(PullImageRequest {
+                image: Target::spec(image),
+                ..Default::default()
+            })
+            .await
+            .with_context(|| format!("{}: pull {image}", self.name))?;
+        let took = start.elapsed();
+        let size = self
+            .images
+            .image_status(ImageStatusRequest {
+                image: Target::spec(image),
+                verbose: false,
+            })
+            .await?
+            .into_inner()
+            .image
+            .map(|i| i.size)
+            .unwrap_or(0);
+        Ok((took, size))
+    }
+}
+
+/// Results of the pull benchmark for one runtime.
+#[derive(Debug, Serialize)]
+pub struct PullResult {
+    pub runtime: String,
+    pub pull: Summary,
+    pub image_bytes: u64,
+    pub mb_per_s_p50: f64,
+    pub cpu_ms_per_pull: f64,
+    pub rss_idle_before_mb: f64,
+    pub rss_idle_after_mb: f64,
+}
+
+/// Interleaved cold pulls of `image` on each target.
+pub async fn bench_pull(
+    targets: &mut [Target],
+    image: &str,
+    iterations: usize,
+) -> anyhow::Result<Vec<PullResult>> {
+    let before: Vec<u64> = targets.iter().map(Target::rss_bytes).collect();
+    let mut samples: Vec<Vec<Duration>> = vec![Vec::new(); targets.len()];
+    let mut sizes = vec![0u64; targets.len()];
+    let mut cpu = vec![0f64; targets.len()];
+    // One warm-up round (connections, page cache of the registry's blobs).
+    for t in targets.iter_mut() {
+        t.cold_pull(image).await?;
+    }
+    for i in 0..iterations {
+        // Alternate who goes first so neither always runs on a warmer machine.
+        let order: Vec<usize> = if i % 2 == 0 {
+            (0..targets.len()).collect()
+        } else {
+            (0..targets.len()).rev().collect()
+        };
+        for k in order {
+            let c0 = targets[k].cpu_seconds();
+            let (d, size) = targets[k].cold_pull(image).await?;
+            cpu[k] += targets[k].cpu_seconds() - c0;
+            samples[k].push(d);
+            sizes[k] = size;
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let bytes = sizes.first().copied().unwrap_or(0);
+    Ok(targets
+        .iter()
+        .enumerate()
+        .map(|(k, t)| {
+            let s = summarize(&samples[k]);
+            PullResult {
+                runtime: t.name.clone(),
+                mb_per_s_p50: if s.p50_ms > 0.0 {
+                    bytes as f64 / 1e6 / (s.p50_ms / 1e3)
+                } else {
+                    0.0
+                },
+                pull: s,
+                cpu_ms_per_pull: cpu[k] * 1e3 / iterations.max(1) as f64,
+                image_bytes: bytes,
+                rss_idle_before_mb: before[k] as f64 / 1e6,
+                rss_idle_after_mb: t.rss_bytes() as f64 / 1e6,
+            }
+        })
+        .collect())
+}
+
+/// The machine's load averages.
+pub fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles() {
+        let d: Vec<Duration> = (1..=100).map(Duration::from_millis).collect();
+        let s = summarize(&d);
+        assert_eq!(s.n, 100);
+        assert!((s.p50_ms - 51.0).abs() < 1.01, "{}", s.p50_ms);
+        assert!((s.p90_ms - 90.0).abs() < 1.01);
+        assert!((s.p99_ms - 99.0).abs() < 1.01);
+        assert_eq!(summarize(&[]).p50_ms, 0.0);
+    }
+}
