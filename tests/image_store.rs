@@ -264,3 +264,39 @@ async fn import_docker_and_oci_archives_written_by_skopeo() {
         .success());
     assert!(h.list().await.is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cli_pull_and_the_pinned_sandbox_image() {
+    if !common::require_root() {
+        return;
+    }
+    let reg = Registry::start();
+    let push = Pusher::new(&reg);
+    let pause = Image::new(vec![Layer::new(&busybox_entries(), Compression::Gzip)]);
+    let other = Image::new(vec![Layer::new(
+        &[Entry::File("o".into(), b"o".to_vec(), 0o644)],
+        Compression::Gzip,
+    )]);
+    push.image("k8s/pause", "3.10", &pause, Format::Oci).await;
+    push.image("app/other", "v1", &other, Format::Oci).await;
+    let sandbox = format!("{}/k8s/pause:3.10", reg.host());
+    let h = Husk::start_with(vec!["--sandbox-image".into(), sandbox.clone()]).await;
+
+    let out = husk_cli(&h, &["pull", &sandbox]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&pause.config_digest()));
+    let out = husk_cli(&h, &["pull", &format!("{}/app/other:v1", reg.host())]);
+    assert!(out.status.success());
+    assert!(
+        h.status(&sandbox).await.unwrap().pinned,
+        "the sandbox image is pinned"
+    );
+    assert!(!h.status(&other.config_digest()).await.unwrap().pinned);
+    let out = husk_cli(&h, &["pull", &format!("{}/app/missing:v1", reg.host())]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not found"));
+}

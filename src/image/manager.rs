@@ -85,6 +85,9 @@ impl Drop for Lease<'_> {
     }
 }
 
+/// The lease key that holds off garbage collection entirely.
+pub(super) const ALL: &str = "*";
+
 /// Filesystem usage of the image store, cached briefly.
 #[derive(Debug, Clone, Copy)]
 pub struct FsUsage {
@@ -242,6 +245,11 @@ impl ImageManager {
         let (mut nb, mut ns) = (0, 0);
         {
             let leases = self.leases.lock().unwrap_or_else(|p| p.into_inner());
+            if leases.contains_key(ALL) {
+                // An import is writing content it has not leased one by
+                // one; collect at the next removal or start instead.
+                return Ok((0, 0));
+            }
             let recs = self.records_read();
             let mut live: HashSet<String> = HashSet::new();
             for r in recs.all() {

@@ -16,6 +16,6 @@ pub async fn handle(state: &State, req: ListImagesRequest) -> Result<ListImagesR
         None => images.list(),
     };
     Ok(ListImagesResponse {
-        images: recs.iter().map(super::to_cri).collect(),
+        images: recs.iter().map(|r| super::to_cri(state, r)).collect(),
     })
 }

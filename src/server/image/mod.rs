@@ -69,8 +69,16 @@ impl ImageService for Images {
     }
 }
 
-/// The CRI view of an image record.
-pub(crate) fn to_cri(rec: &ImageRecord) -> Image {
+/// The CRI view of an image record. The sandbox image is pinned, so the
+/// kubelet's image GC never removes it (as containerd does).
+pub(crate) fn to_cri(state: &State, rec: &ImageRecord) -> Image {
+    let sandbox = crate::image::Reference::parse(&state.cfg.sandbox_image)
+        .ok()
+        .and_then(|r| {
+            r.tagged()
+                .or_else(|| r.digest.as_ref().map(|d| r.with_digest(d)))
+        });
+    let pinned = rec.pinned || sandbox.is_some_and(|s| rec.refs().any(|r| r == s));
     // Config `User` is "uid", "uid:gid", "name" or "name:group".
     let user = rec.user.split(':').next().unwrap_or("");
     let (uid, username) = match user.parse::<i64>() {
@@ -88,7 +96,7 @@ pub(crate) fn to_cri(rec: &ImageRecord) -> Image {
             image: rec.id.clone(),
             ..Default::default()
         }),
-        pinned: rec.pinned,
+        pinned,
     }
 }
 

@@ -30,7 +30,7 @@ pub async fn handle(state: &State, req: ImageStatusRequest) -> Result<ImageStatu
         info.insert("info".to_string(), v.to_string());
     }
     Ok(ImageStatusResponse {
-        image: Some(super::to_cri(&rec)),
+        image: Some(super::to_cri(state, &rec)),
         info,
     })
 }
