@@ -11,6 +11,7 @@ pub mod config;
 pub mod error;
 pub mod image;
 pub mod logging;
+pub mod network;
 pub mod server;
 pub mod store;
 pub mod sys;

@@ -1,0 +1,186 @@
+//! Network (and other) namespaces pinned with bind mounts, so they outlive
+//! the processes in them and can be joined by path.
+//!
+//! A namespace is created on a short-lived OS thread that `unshare`s it and
+//! bind-mounts `/proc/thread-self/ns/<kind>` onto an empty file; the thread
+//! then exits and the server's own namespaces are untouched. Removal is a
+//! lazy unmount and an unlink, both idempotent. Work inside a namespace
+//! (bringing `lo` up) also runs on a dedicated thread that `setns`es.
+
+use std::fs;
+use std::io;
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+
+/// A kind of namespace that can be pinned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Net,
+    Ipc,
+    Uts,
+}
+
+impl Kind {
+    fn proc_name(self) -> &'static str {
+        match self {
+            Kind::Net => "net",
+            Kind::Ipc => "ipc",
+            Kind::Uts => "uts",
+        }
+    }
+
+    fn flag(self) -> rustix::thread::UnshareFlags {
+        use rustix::thread::UnshareFlags as F;
+        match self {
+            Kind::Net => F::NEWNET,
+            Kind::Ipc => F::NEWIPC,
+            Kind::Uts => F::NEWUTS,
+        }
+    }
+}
+
+/// Creates a new namespace of `kind` pinned at `path` (which must not
+/// exist). For UTS, `hostname` is set inside it.
+pub fn create(kind: Kind, path: &Path, hostname: Option<&str>) -> io::Result<()> {
+    if let Some(dir) = path.parent() {
+        fs::create_dir_all(dir)?;
+    }
+    fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)?;
+    let target = path.to_path_buf();
+    let hostname = hostname.map(str::to_string);
+    let result = std::thread::spawn(move || -> io::Result<()> {
+        // SAFETY: NEWNET, NEWIPC and NEWUTS change only this thread's
+        // namespaces, and this thread exits right after; no memory or file
+        // descriptor state is affected.
+        unsafe { rustix::thread::unshare_unsafe(kind.flag()) }.map_err(io::Error::from)?;
+        if let Some(h) = hostname {
+            rustix::system::sethostname(h.as_bytes()).map_err(io::Error::from)?;
+        }
+        let src = format!("/proc/thread-self/ns/{}", kind.proc_name());
+        rustix::mount::mount_bind(src.as_str(), &target).map_err(io::Error::from)
+    })
+    .join()
+    .map_err(|_| io::Error::other("namespace thread panicked"))?;
+    if result.is_err() {
+        let _ = fs::remove_file(path);
+    }
+    result
+}
+
+/// Unpins and removes a namespace file; a missing one is not an error.
+pub fn remove(path: &Path) -> io::Result<()> {
+    match rustix::mount::unmount(path, rustix::mount::UnmountFlags::DETACH) {
+        Ok(()) | Err(rustix::io::Errno::INVAL) | Err(rustix::io::Errno::NOENT) => {}
+        Err(e) => return Err(e.into()),
+    }
+    match fs::remove_file(path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// Runs `f` on a thread that has joined the network namespace at `path`.
+pub fn in_netns<T: Send + 'static>(
+    path: &Path,
+    f: impl FnOnce() -> io::Result<T> + Send + 'static,
+) -> io::Result<T> {
+    let ns = fs::File::open(path)?;
+    std::thread::spawn(move || {
+        rustix::thread::move_into_link_name_space(
+            ns.as_fd(),
+            Some(rustix::thread::LinkNameSpaceType::Network),
+        )
+        .map_err(io::Error::from)?;
+        f()
+    })
+    .join()
+    .map_err(|_| io::Error::other("netns thread panicked"))?
+}
+
+/// Brings the loopback interface up inside the netns at `path`.
+pub fn loopback_up(path: &Path) -> io::Result<()> {
+    in_netns(path, || {
+        let sock = rustix::net::socket(
+            rustix::net::AddressFamily::INET,
+            rustix::net::SocketType::DGRAM,
+            None,
+        )?;
+        set_up(&sock, "lo")
+    })
+}
+
+fn set_up(sock: &impl AsFd, ifname: &str) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: ifreq is plain old data; all-zero is a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, s) in req.ifr_name.iter_mut().zip(ifname.as_bytes()) {
+        *d = *s as libc::c_char;
+    }
+    let fd = sock.as_fd().as_raw_fd();
+    // SAFETY: fd is an open socket; req is a valid ifreq for SIOCGIFFLAGS.
+    if unsafe { libc::ioctl(fd, libc::SIOCGIFFLAGS, &mut req) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the union member ifru_flags is the one SIOCGIFFLAGS filled.
+    unsafe {
+        req.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
+    }
+    // SAFETY: as above, for SIOCSIFFLAGS.
+    if unsafe { libc::ioctl(fd, libc::SIOCSIFFLAGS, &req) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Interface names in the netns at `path` (from /sys, read inside it).
+pub fn interfaces(path: &Path) -> io::Result<Vec<String>> {
+    in_netns(path, || {
+        // /sys/class/net shows the namespace of the mounting process, so
+        // read the kernel's per-netns list instead.
+        let text = fs::read_to_string("/proc/thread-self/net/dev")?;
+        Ok(text
+            .lines()
+            .skip(2)
+            .filter_map(|l| l.split(':').next().map(|s| s.trim().to_string()))
+            .collect())
+    })
+}
+
+/// The pin path for a sandbox's namespace of `kind` under `state`.
+pub fn pin_path(state: &Path, kind: Kind, sandbox_id: &str) -> PathBuf {
+    state.join("ns").join(sandbox_id).join(kind.proc_name())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn create_join_and_remove_a_netns() {
+        if !rustix::process::geteuid().is_root() {
+            return;
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path().join("net");
+        create(Kind::Net, &p, None).expect("create");
+        assert_eq!(interfaces(&p).expect("ifaces"), vec!["lo".to_string()]);
+        loopback_up(&p).expect("lo up");
+        let host = fs::read_link("/proc/self/ns/net").expect("host ns");
+        let inside = in_netns(&p, || fs::read_link("/proc/thread-self/ns/net")).expect("inside");
+        assert_ne!(host, inside, "a different namespace");
+        assert!(
+            create(Kind::Net, &p, None).is_err(),
+            "an existing pin is not replaced"
+        );
+        remove(&p).expect("remove");
+        remove(&p).expect("idempotent");
+        assert!(!p.exists());
+
+        let u = dir.path().join("uts");
+        create(Kind::Uts, &u, Some("pod-host")).expect("uts");
+        remove(&u).expect("remove uts");
+    }
+}
