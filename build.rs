@@ -6,7 +6,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     std::env::set_var("PROTOC", protoc);
     println!("cargo:rerun-if-changed=proto");
     tonic_prost_build::configure().compile_protos(
-        &["proto/k8s/cri/v1/api.proto", "proto/husk/v1/admin.proto"],
+        &[
+            "proto/k8s/cri/v1/api.proto",
+            "proto/husk/v1/admin.proto",
+            "proto/husk/v1/shim.proto",
+        ],
         &["proto"],
     )?;
     Ok(())

@@ -10,3 +10,8 @@ pub mod cri {
 pub mod admin {
     tonic::include_proto!("husk.v1");
 }
+
+#[allow(clippy::all, clippy::unwrap_used, missing_docs)]
+pub mod shim {
+    tonic::include_proto!("husk.shim.v1");
+}

@@ -27,6 +27,8 @@ pub enum Kind {
 pub enum Error {
     #[error(transparent)]
     Image(#[from] ImageError),
+    #[error(transparent)]
+    Sandbox(#[from] crate::sandbox::SandboxError),
     #[error("{0}")]
     InvalidArgument(String),
     #[error("{0}")]
@@ -40,6 +42,7 @@ impl Error {
     pub fn kind(&self) -> Kind {
         match self {
             Error::Image(e) => e.kind(),
+            Error::Sandbox(e) => e.kind(),
             Error::InvalidArgument(_) => Kind::InvalidArgument,
             Error::NotFound(_) => Kind::NotFound,
             Error::Recovering => Kind::Unavailable,
@@ -66,6 +69,12 @@ impl From<Kind> for tonic::Code {
 impl From<Error> for tonic::Status {
     fn from(err: Error) -> Self {
         tonic::Status::new(err.kind().into(), err.to_string())
+    }
+}
+
+impl From<crate::sandbox::SandboxError> for tonic::Status {
+    fn from(err: crate::sandbox::SandboxError) -> Self {
+        Error::from(err).into()
     }
 }
 

@@ -12,6 +12,8 @@ pub mod error;
 pub mod image;
 pub mod logging;
 pub mod network;
+pub mod sandbox;
 pub mod server;
+pub mod shim;
 pub mod store;
 pub mod sys;

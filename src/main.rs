@@ -80,6 +80,13 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// The per-pod monitor (started by `husk serve`, not by hand).
+    #[command(hide = true)]
+    Shim {
+        /// The sandbox's state dir.
+        #[arg(long)]
+        dir: PathBuf,
+    },
     /// Configuration helpers.
     Config {
         #[command(subcommand)]
@@ -168,6 +175,14 @@ fn load_config(f: &ServeFlags) -> Result<Config, husk::config::ConfigError> {
 
 fn main() {
     let cli = Cli::parse();
+    if let Cmd::Shim { dir } = &cli.cmd {
+        // No async runtime here: the shim must stay single-threaded.
+        if let Err(e) = husk::shim::monitor::run(dir) {
+            eprintln!("husk shim: {e}");
+            std::process::exit(1);
+        }
+        std::process::exit(0);
+    }
     let code = match run(cli) {
         Ok(()) => 0,
         Err(e) => {
@@ -204,6 +219,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             image,
             json,
         } => runtime()?.block_on(bench(endpoint, vs, iterations, image, json)),
+        Cmd::Shim { .. } => Ok(()),
         Cmd::Config {
             cmd: ConfigCmd::Default,
         } => {

@@ -14,8 +14,7 @@ use std::process::Command;
 
 struct TestNet {
     dir: tempfile::TempDir,
-    bridge: String,
-    subnet_prefix: String,
+    tn: common::cni::TestNetwork,
     net: NetworkList,
     cni: Cni,
 }
@@ -23,37 +22,15 @@ struct TestNet {
 impl TestNet {
     fn new(extra_plugins: Vec<serde_json::Value>) -> TestNet {
         let dir = tempfile::tempdir().unwrap();
-        let r: u32 = rand::random();
-        let bridge = format!("hk{:08x}", r)[..10].to_string();
-        let subnet_prefix = format!("10.{}.{}", 200 + (r % 50), (r >> 8) % 250);
-        let mut plugins = vec![
-            json!({
-                "type": "bridge", "bridge": bridge, "isGateway": true, "ipMasq": false,
-                "ipam": {"type": "host-local", "dataDir": dir.path().join("ipam"),
-                         "ranges": [[{"subnet": format!("{subnet_prefix}.0/24")}]]}
-            }),
-            json!({"type": "portmap", "capabilities": {"portMappings": true}}),
-        ];
-        plugins.extend(extra_plugins);
+        let tn = common::cni::TestNetwork::new(&dir.path().join("ipam"));
         let conf = dir.path().join("net.d");
-        std::fs::create_dir_all(&conf).unwrap();
-        std::fs::write(
-            conf.join("10-test.conflist"),
-            serde_json::to_vec(&json!({"cniVersion": "1.0.0", "name": format!("net-{bridge}"), "plugins": plugins})).unwrap(),
-        )
-        .unwrap();
+        tn.write(&conf, extra_plugins);
         let net = NetworkList::load_first(&conf).unwrap().unwrap();
         let cni = Cni {
             bin_dirs: vec![PathBuf::from("/usr/lib/cni")],
             cache_dir: dir.path().join("cache"),
         };
-        TestNet {
-            dir,
-            bridge,
-            subnet_prefix,
-            net,
-            cni,
-        }
+        TestNet { dir, tn, net, cni }
     }
 
     fn netns(&self, name: &str) -> PathBuf {
@@ -64,42 +41,15 @@ impl TestNet {
     }
 
     fn leases(&self) -> usize {
-        std::fs::read_dir(self.dir.path().join("ipam").join(&self.net.name))
-            .map(|rd| {
-                rd.flatten()
-                    .filter(|e| {
-                        let n = e.file_name().to_string_lossy().to_string();
-                        n != "lock" && !n.starts_with("last_reserved_ip")
-                    })
-                    .count()
-            })
-            .unwrap_or(0)
+        self.tn.leases()
     }
 
     fn veths(&self) -> usize {
-        let out = Command::new("ip")
-            .args(["-o", "link", "show", "master", &self.bridge])
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).lines().count()
+        self.tn.veths()
     }
 }
 
-impl Drop for TestNet {
-    fn drop(&mut self) {
-        let _ = Command::new("ip")
-            .args(["link", "del", &self.bridge])
-            .status();
-    }
-}
-
-fn iptables_mentions(id: &str) -> usize {
-    let out = Command::new("iptables-save").output().unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| l.contains(id))
-        .count()
-}
+use common::cni::iptables_mentions;
 
 fn in_ns(ns: &Path, args: &[&str]) -> std::process::Output {
     Command::new("nsenter")
@@ -129,7 +79,7 @@ fn two_namespaces_on_a_bridge_with_a_host_port() {
     let r2 = t.cni.add(&t.net, &a2).unwrap();
     let (ip1, ip2) = (pod_ips(&r1)[0].clone(), pod_ips(&r2)[0].clone());
     assert_ne!(ip1, ip2);
-    assert!(ip1.starts_with(&t.subnet_prefix) && ip2.starts_with(&t.subnet_prefix));
+    assert!(ip1.starts_with(&t.tn.subnet_prefix) && ip2.starts_with(&t.tn.subnet_prefix));
     assert_eq!(t.leases(), 2);
     assert_eq!(t.veths(), 2);
     assert!(netns::interfaces(&ns1)

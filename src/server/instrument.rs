@@ -17,6 +17,7 @@ use tonic::Status;
 pub struct State {
     pub cfg: Config,
     images: OnceLock<Arc<ImageManager>>,
+    sandboxes: OnceLock<Arc<crate::sandbox::SandboxManager>>,
 }
 
 impl State {
@@ -24,6 +25,7 @@ impl State {
         State {
             cfg,
             images: OnceLock::new(),
+            sandboxes: OnceLock::new(),
         }
     }
 
@@ -34,6 +36,18 @@ impl State {
     /// The image store, or Unavailable while recovering.
     pub fn images(&self) -> Result<Arc<ImageManager>, Status> {
         self.images
+            .get()
+            .cloned()
+            .ok_or_else(|| Error::Recovering.into())
+    }
+
+    pub fn set_sandboxes(&self, m: Arc<crate::sandbox::SandboxManager>) {
+        let _ = self.sandboxes.set(m);
+    }
+
+    /// The sandbox manager, or Unavailable while recovering.
+    pub fn sandboxes(&self) -> Result<Arc<crate::sandbox::SandboxManager>, Status> {
+        self.sandboxes
             .get()
             .cloned()
             .ok_or_else(|| Error::Recovering.into())

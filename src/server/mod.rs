@@ -89,11 +89,22 @@ pub async fn serve(cfg: Config) -> anyhow::Result<()> {
         max_concurrent_downloads: cfg.registry.max_concurrent_downloads,
         stall_timeout: Duration::from_secs(cfg.registry.stall_timeout_secs),
     };
+    let sandbox_paths = crate::sandbox::manager::SandboxPaths {
+        root: cfg.root.clone(),
+        state: cfg.state.clone(),
+        cni_conf_dir: cfg.cni.conf_dir.clone(),
+        cni_bin_dirs: cfg.cni.bin_dirs.clone(),
+        sandbox_image: cfg.sandbox_image.clone(),
+        exe: std::env::current_exe().context("locate the husk binary")?,
+    };
     let (failed_tx, failed_rx) = tokio::sync::oneshot::channel::<anyhow::Error>();
     tokio::spawn(async move {
         let r = tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
-            let images = ImageManager::open(store_cfg).context("open image store")?;
-            recover.set_images(Arc::new(images));
+            let images = Arc::new(ImageManager::open(store_cfg).context("open image store")?);
+            let sandboxes = crate::sandbox::SandboxManager::open(sandbox_paths, images.clone())
+                .context("recover pod sandboxes")?;
+            recover.set_sandboxes(Arc::new(sandboxes));
+            recover.set_images(images);
             Ok(())
         })
         .await;

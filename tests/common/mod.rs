@@ -4,6 +4,7 @@
 //! roots, sockets and config dirs.
 #![allow(dead_code, clippy::unwrap_used)]
 
+pub mod cni;
 pub mod images;
 pub mod registry;
 pub mod server;

@@ -2,6 +2,11 @@
 //! built yet answer Unimplemented with a message naming what is missing.
 
 mod runtime_config;
+mod sandbox_list;
+mod sandbox_remove;
+mod sandbox_run;
+mod sandbox_status;
+mod sandbox_stop;
 mod status;
 mod version;
 
@@ -55,33 +60,58 @@ impl RuntimeService for Runtime {
     }
     async fn run_pod_sandbox(
         &self,
-        _: Request<RunPodSandboxRequest>,
+        r: Request<RunPodSandboxRequest>,
     ) -> Res<RunPodSandboxResponse> {
-        Err(not_yet("RunPodSandbox", PODS))
+        observe(
+            "RunPodSandbox",
+            Op::Mutate,
+            sandbox_run::handle(&self.state, r.into_inner()),
+        )
+        .await
     }
     async fn stop_pod_sandbox(
         &self,
-        _: Request<StopPodSandboxRequest>,
+        r: Request<StopPodSandboxRequest>,
     ) -> Res<StopPodSandboxResponse> {
-        Err(not_yet("StopPodSandbox", PODS))
+        observe(
+            "StopPodSandbox",
+            Op::Mutate,
+            sandbox_stop::handle(&self.state, r.into_inner()),
+        )
+        .await
     }
     async fn remove_pod_sandbox(
         &self,
-        _: Request<RemovePodSandboxRequest>,
+        r: Request<RemovePodSandboxRequest>,
     ) -> Res<RemovePodSandboxResponse> {
-        Err(not_yet("RemovePodSandbox", PODS))
+        observe(
+            "RemovePodSandbox",
+            Op::Mutate,
+            sandbox_remove::handle(&self.state, r.into_inner()),
+        )
+        .await
     }
     async fn pod_sandbox_status(
         &self,
-        _: Request<PodSandboxStatusRequest>,
+        r: Request<PodSandboxStatusRequest>,
     ) -> Res<PodSandboxStatusResponse> {
-        Err(not_yet("PodSandboxStatus", PODS))
+        observe(
+            "PodSandboxStatus",
+            Op::Read,
+            sandbox_status::handle(&self.state, r.into_inner()),
+        )
+        .await
     }
     async fn list_pod_sandbox(
         &self,
-        _: Request<ListPodSandboxRequest>,
+        r: Request<ListPodSandboxRequest>,
     ) -> Res<ListPodSandboxResponse> {
-        Err(not_yet("ListPodSandbox", PODS))
+        observe(
+            "ListPodSandbox",
+            Op::Read,
+            sandbox_list::handle(&self.state, r.into_inner()),
+        )
+        .await
     }
     async fn create_container(
         &self,

@@ -1,0 +1,63 @@
+//! Pod sandboxes: a pause container in the pod's namespaces, watched by the
+//! pod's `husk shim`, attached to the network by CNI.
+//!
+//! On disk, per sandbox `<id>`:
+//! - `<root>/sandboxes/<id>/sandbox.json`: the record (versioned, atomic);
+//!   `config.pb`: the PodSandboxConfig as sent; `resolv.conf`, `hostname`,
+//!   `hosts`: files the pod's containers share; `bundle/` (config.json,
+//!   rootfs = overlay of the pause image, `upper`, `work`).
+//! - `<state>/sandboxes/<id>/`: the shim's dir (socket, address, exits).
+//! - `<state>/ns/<id>/{net,ipc,uts}`: pinned namespaces; `<root>/sandboxes/<id>/shm`: the pod's /dev/shm.
+//!
+//! RunPodSandbox is transactional: each step pushes its undo on a stack,
+//! and a failure unwinds the stack in reverse, so nothing half-made stays.
+
+pub mod files;
+pub mod manager;
+pub mod spec;
+pub mod validate;
+
+pub use manager::SandboxManager;
+
+use crate::error::Kind;
+
+/// Errors of sandbox operations.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    #[error("{0}")]
+    Invalid(String),
+    #[error("pod sandbox {0} not found")]
+    NotFound(String),
+    #[error("failed to reserve sandbox name {name:?}: name is reserved for {id}")]
+    NameReserved { name: String, id: String },
+    #[error(transparent)]
+    Image(#[from] crate::image::ImageError),
+    #[error(transparent)]
+    Cni(#[from] crate::network::cni::CniError),
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        source: std::io::Error,
+    },
+    #[error("shim: {0}")]
+    Shim(String),
+}
+
+impl SandboxError {
+    pub fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> SandboxError {
+        let what = what.into();
+        move |source| SandboxError::Io { what, source }
+    }
+
+    pub fn kind(&self) -> Kind {
+        match self {
+            SandboxError::Invalid(_) => Kind::InvalidArgument,
+            SandboxError::NotFound(_) => Kind::NotFound,
+            SandboxError::NameReserved { .. } => Kind::AlreadyExists,
+            SandboxError::Image(e) => e.kind(),
+            SandboxError::Cni(_) | SandboxError::Io { .. } | SandboxError::Shim(_) => {
+                Kind::Internal
+            }
+        }
+    }
+}

@@ -1,0 +1,26 @@
+//! RunPodSandbox: validate, then the sandbox manager's transactional run.
+
+use crate::api::cri::{RunPodSandboxRequest, RunPodSandboxResponse};
+use crate::server::instrument::State;
+use tonic::Status;
+
+pub async fn handle(
+    state: &State,
+    req: RunPodSandboxRequest,
+) -> Result<RunPodSandboxResponse, Status> {
+    let sandboxes = state.sandboxes()?;
+    let config = req
+        .config
+        .ok_or_else(|| Status::invalid_argument("config is required"))?;
+    if !req.runtime_handler.is_empty()
+        && req.runtime_handler != "husk"
+        && req.runtime_handler != "runc"
+    {
+        return Err(Status::invalid_argument(format!(
+            "runtime handler {:?} is not configured (husk has one, the default)",
+            req.runtime_handler
+        )));
+    }
+    let id = sandboxes.run(config, req.runtime_handler).await?;
+    Ok(RunPodSandboxResponse { pod_sandbox_id: id })
+}

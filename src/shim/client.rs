@@ -1,0 +1,50 @@
+//! The server's side of the shim API: starting a shim and calling it.
+//! Blocking std I/O; async callers wrap calls in `spawn_blocking`.
+
+use super::wire::{read_msg, write_msg};
+use crate::api::shim::{ShimRequest, ShimResponse};
+use std::io;
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+/// Starts `husk shim --dir DIR`; returns once the monitor is listening.
+pub fn spawn(exe: &Path, dir: &Path) -> io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let out = Command::new(exe)
+        .arg("shim")
+        .arg("--dir")
+        .arg(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()?;
+    if !out.status.success() {
+        return Err(io::Error::other(format!(
+            "husk shim failed to start: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(())
+}
+
+/// One request to the shim whose state dir is `dir`.
+pub fn call(dir: &Path, req: &ShimRequest, timeout: Duration) -> io::Result<ShimResponse> {
+    let addr = std::fs::read_to_string(dir.join("address"))?;
+    let mut s = UnixStream::connect(addr.trim())?;
+    s.set_read_timeout(Some(timeout))?;
+    s.set_write_timeout(Some(timeout))?;
+    write_msg(&mut s, req)?;
+    read_msg(&mut s)
+}
+
+/// The monitor's pid, if its pid file names a live process.
+pub fn pid(dir: &Path) -> Option<i32> {
+    let pid: i32 = std::fs::read_to_string(dir.join("shim.pid"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    Path::new(&format!("/proc/{pid}")).exists().then_some(pid)
+}

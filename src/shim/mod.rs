@@ -1,0 +1,31 @@
+//! `husk shim`: the per-pod monitor.
+//!
+//! One process per pod, started by `husk serve` but detached from it (it
+//! forks, the child calls `setsid`, the parent exits), so that killing or
+//! restarting the server never touches a pod. It is single-threaded
+//! (libcontainer must not run in a multi-threaded process), runs the pod's
+//! containers through libcontainer, is their subreaper, and records each
+//! exit atomically to `<dir>/exits/<container>.json`. It serves the API of
+//! proto/husk/v1/shim.proto on `<dir>/shim.sock`, whose path it also writes
+//! to `<dir>/address`, so a restarted server reattaches.
+//!
+//! On-disk layout under `<dir>` (the sandbox's state dir):
+//! - `shim.sock`, `address`: the API endpoint.
+//! - `shim.pid`: the monitor's pid.
+//! - `exits/<id>.json`: `{"exit_code", "exited_at"}` per container.
+//! - `youki/`: libcontainer's state root.
+
+pub mod client;
+pub mod monitor;
+pub mod wire;
+
+/// Exit record written when a container's init is reaped.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
+pub struct ExitRecord {
+    pub version: u32,
+    pub pid: i32,
+    /// The exit status, or 128 + signal for a signalled process.
+    pub exit_code: i32,
+    /// ns since the epoch.
+    pub exited_at: i64,
+}

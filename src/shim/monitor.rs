@@ -1,0 +1,466 @@
+//! The shim's single-threaded loop: accept one request at a time on the
+//! API socket, and reap children whenever SIGCHLD arrives (a self-pipe
+//! written by the signal handler wakes `poll`).
+
+use super::wire::{read_msg, write_msg};
+use super::ExitRecord;
+use crate::api::shim::{shim_request::Request, ContainerState, ShimRequest, ShimResponse};
+use libcontainer::container::builder::ContainerBuilder;
+use libcontainer::container::Container;
+use libcontainer::syscall::syscall::SyscallType;
+use libcontainer::workload::{
+    default::DefaultExecutor, Executor, ExecutorError, ExecutorValidationError,
+};
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::time::Duration;
+
+/// The write end of the SIGCHLD self-pipe.
+static WAKE_FD: AtomicI32 = AtomicI32::new(-1);
+
+extern "C" fn on_sigchld(_: libc::c_int) {
+    let fd = WAKE_FD.load(Ordering::Relaxed);
+    if fd >= 0 {
+        let b = 1u8;
+        // SAFETY: write(2) is async-signal-safe; the pipe is non-blocking,
+        // so a full pipe just drops the byte (a wake-up is already pending).
+        unsafe {
+            libc::write(fd, (&b as *const u8).cast(), 1);
+        }
+    }
+}
+
+/// Resets what libcontainer leaves set before the payload's execve: the
+/// signal mask and SIGPIPE (ignored by the Rust runtime) would otherwise
+/// leak into every container.
+#[derive(Clone)]
+struct ResetSignals;
+
+impl Executor for ResetSignals {
+    fn exec(&self, spec: &libcontainer::oci_spec::runtime::Spec) -> Result<(), ExecutorError> {
+        // SAFETY: plain libc calls on a zeroed sigset in the container's
+        // single-threaded init process, right before execve.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+        DefaultExecutor {}.exec(spec)
+    }
+
+    fn validate(
+        &self,
+        spec: &libcontainer::oci_spec::runtime::Spec,
+    ) -> Result<(), ExecutorValidationError> {
+        DefaultExecutor {}.validate(spec)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Status {
+    Created,
+    Running,
+    Stopped,
+}
+
+struct Entry {
+    pid: i32,
+    status: Status,
+    exit: Option<ExitRecord>,
+}
+
+struct Shim {
+    dir: PathBuf,
+    youki: PathBuf,
+    containers: HashMap<String, Entry>,
+    shutdown: bool,
+}
+
+fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
+fn reply_err(code: i32, e: impl std::fmt::Display) -> ShimResponse {
+    ShimResponse {
+        error: e.to_string(),
+        code,
+        state: None,
+    }
+}
+
+const NOT_FOUND: i32 = 5;
+const INVALID: i32 = 3;
+const FAILED_PRECONDITION: i32 = 9;
+const INTERNAL: i32 = 13;
+
+fn open_out(path: &str) -> io::Result<File> {
+    if path.is_empty() {
+        OpenOptions::new().write(true).open("/dev/null")
+    } else {
+        OpenOptions::new().create(true).append(true).open(path)
+    }
+}
+
+impl Shim {
+    fn state_of(&self, id: &str) -> Option<ContainerState> {
+        let e = self.containers.get(id)?;
+        Some(ContainerState {
+            id: id.to_string(),
+            status: match e.status {
+                Status::Created => "created",
+                Status::Running => "running",
+                Status::Stopped => "stopped",
+            }
+            .into(),
+            pid: e.pid,
+            exit_code: e.exit.as_ref().map(|x| x.exit_code).unwrap_or(0),
+            exited_at: e.exit.as_ref().map(|x| x.exited_at).unwrap_or(0),
+        })
+    }
+
+    fn ok(&self, id: &str) -> ShimResponse {
+        ShimResponse {
+            error: String::new(),
+            code: 0,
+            state: self.state_of(id),
+        }
+    }
+
+    fn handle(&mut self, req: ShimRequest) -> ShimResponse {
+        match req.request {
+            Some(Request::Create(c)) => {
+                self.create(&c.id, Path::new(&c.bundle), &c.stdout_path, &c.stderr_path)
+            }
+            Some(Request::Start(s)) => self.start(&s.id),
+            Some(Request::Kill(k)) => self.kill(&k.id, k.signal, k.all),
+            Some(Request::Delete(d)) => self.delete(&d.id, d.force),
+            Some(Request::State(s)) => match self.state_of(&s.id) {
+                Some(_) => self.ok(&s.id),
+                None => reply_err(
+                    NOT_FOUND,
+                    format!("container {} not found in this shim", s.id),
+                ),
+            },
+            Some(Request::Shutdown(_)) => {
+                if self.containers.is_empty() {
+                    self.shutdown = true;
+                    self.ok("")
+                } else {
+                    let ids: Vec<&String> = self.containers.keys().collect();
+                    reply_err(FAILED_PRECONDITION, format!("containers remain: {ids:?}"))
+                }
+            }
+            None => reply_err(INVALID, "empty request"),
+        }
+    }
+
+    fn create(&mut self, id: &str, bundle: &Path, stdout: &str, stderr: &str) -> ShimResponse {
+        if self.containers.contains_key(id) {
+            return reply_err(INVALID, format!("container {id} already exists"));
+        }
+        let built = (|| -> Result<i32, String> {
+            let stdin = File::open("/dev/null").map_err(|e| e.to_string())?;
+            let out = open_out(stdout).map_err(|e| format!("open {stdout}: {e}"))?;
+            let err = open_out(stderr).map_err(|e| format!("open {stderr}: {e}"))?;
+            let c = ContainerBuilder::new(id.to_string(), SyscallType::default())
+                .validate_id()
+                .map_err(|e| e.to_string())?
+                .with_root_path(&self.youki)
+                .map_err(|e| e.to_string())?
+                .with_executor(ResetSignals)
+                .with_stdin(OwnedFd::from(stdin))
+                .with_stdout(OwnedFd::from(out))
+                .with_stderr(OwnedFd::from(err))
+                .as_init(bundle)
+                .with_systemd(false)
+                .with_detach(true)
+                .build()
+                .map_err(|e| format!("create container {id}: {e:#}"))?;
+            c.pid()
+                .map(|p| p.as_raw())
+                .ok_or_else(|| "created container has no pid".to_string())
+        })();
+        match built {
+            Ok(pid) => {
+                self.containers.insert(
+                    id.to_string(),
+                    Entry {
+                        pid,
+                        status: Status::Created,
+                        exit: None,
+                    },
+                );
+                self.ok(id)
+            }
+            Err(e) => {
+                // A half-made container: drop libcontainer's state and reap.
+                if let Ok(mut c) = Container::load(self.youki.join(id)) {
+                    let _ = c.delete(true);
+                }
+                let _ = std::fs::remove_dir_all(self.youki.join(id));
+                self.reap();
+                reply_err(INTERNAL, e)
+            }
+        }
+    }
+
+    fn start(&mut self, id: &str) -> ShimResponse {
+        let Some(e) = self.containers.get(id) else {
+            return reply_err(NOT_FOUND, format!("container {id} not found"));
+        };
+        if e.status != Status::Created {
+            return reply_err(
+                FAILED_PRECONDITION,
+                format!("container {id} is not created"),
+            );
+        }
+        let r = Container::load(self.youki.join(id)).and_then(|mut c| c.start());
+        match r {
+            Ok(()) => {
+                if let Some(e) = self.containers.get_mut(id) {
+                    if e.status == Status::Created {
+                        e.status = Status::Running;
+                    }
+                }
+                self.ok(id)
+            }
+            Err(e) => reply_err(INTERNAL, format!("start container {id}: {e:#}")),
+        }
+    }
+
+    fn kill(&mut self, id: &str, signal: i32, all: bool) -> ShimResponse {
+        let Some(e) = self.containers.get(id) else {
+            return reply_err(NOT_FOUND, format!("container {id} not found"));
+        };
+        if e.status == Status::Stopped && !all {
+            return self.ok(id);
+        }
+        let sig = match libcontainer::signal::Signal::try_from(signal) {
+            Ok(s) => s,
+            Err(err) => return reply_err(INVALID, format!("signal {signal}: {err}")),
+        };
+        let r = Container::load(self.youki.join(id)).and_then(|mut c| {
+            if c.can_kill() || all {
+                c.kill(sig, all)
+            } else {
+                Ok(())
+            }
+        });
+        match r {
+            Ok(()) => self.ok(id),
+            Err(e) => reply_err(INTERNAL, format!("kill container {id}: {e:#}")),
+        }
+    }
+
+    fn delete(&mut self, id: &str, force: bool) -> ShimResponse {
+        let Some(e) = self.containers.get(id) else {
+            // Left by a previous shim that was killed: clean up its state.
+            if self.youki.join(id).exists() {
+                if let Ok(mut c) = Container::load(self.youki.join(id)) {
+                    if let Err(err) = c.delete(true) {
+                        return reply_err(INTERNAL, format!("delete container {id}: {err:#}"));
+                    }
+                }
+                let _ = std::fs::remove_dir_all(self.youki.join(id));
+                return self.ok(id);
+            }
+            return reply_err(NOT_FOUND, format!("container {id} not found"));
+        };
+        if e.status == Status::Running && !force {
+            return reply_err(FAILED_PRECONDITION, format!("container {id} is running"));
+        }
+        if e.status != Status::Stopped {
+            // Kill and reap first, so the cgroup is empty when it is removed.
+            if let Ok(mut c) = Container::load(self.youki.join(id)) {
+                if let Ok(sig) = libcontainer::signal::Signal::try_from(libc::SIGKILL) {
+                    let _ = c.kill(sig, true);
+                }
+            }
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while std::time::Instant::now() < deadline {
+                self.reap();
+                if self
+                    .containers
+                    .get(id)
+                    .map(|e| e.status == Status::Stopped)
+                    .unwrap_or(true)
+                {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        if let Ok(mut c) = Container::load(self.youki.join(id)) {
+            if let Err(err) = c.delete(true) {
+                return reply_err(INTERNAL, format!("delete container {id}: {err:#}"));
+            }
+        }
+        self.reap();
+        let _ = std::fs::remove_dir_all(self.youki.join(id));
+        self.containers.remove(id);
+        self.ok(id)
+    }
+
+    /// Reaps every exited child; records exits of container inits.
+    fn reap(&mut self) {
+        loop {
+            let mut status: libc::c_int = 0;
+            // SAFETY: waitpid with a valid out-pointer; WNOHANG never blocks.
+            let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+            if pid <= 0 {
+                return;
+            }
+            let code = if libc::WIFEXITED(status) {
+                libc::WEXITSTATUS(status)
+            } else if libc::WIFSIGNALED(status) {
+                128 + libc::WTERMSIG(status)
+            } else {
+                continue;
+            };
+            let dir = self.dir.clone();
+            if let Some((id, e)) = self.containers.iter_mut().find(|(_, e)| e.pid == pid) {
+                let rec = ExitRecord {
+                    version: 1,
+                    pid,
+                    exit_code: code,
+                    exited_at: now_ns(),
+                };
+                if let Err(err) = crate::store::atomic::write_json(
+                    &dir.join("exits").join(format!("{id}.json")),
+                    &rec,
+                ) {
+                    eprintln!("husk shim: record exit of {id}: {err}");
+                }
+                e.status = Status::Stopped;
+                e.exit = Some(rec);
+            }
+        }
+    }
+
+    fn serve_one(&mut self, mut conn: UnixStream) {
+        let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
+        let _ = conn.set_write_timeout(Some(Duration::from_secs(10)));
+        let resp = match read_msg::<ShimRequest>(&mut conn) {
+            Ok(req) => self.handle(req),
+            Err(e) => reply_err(INVALID, format!("bad request: {e}")),
+        };
+        let _ = write_msg(&mut conn, &resp);
+    }
+}
+
+fn redirect_stdio(log: &Path) -> io::Result<()> {
+    let null = File::open("/dev/null")?;
+    let log = OpenOptions::new().create(true).append(true).open(log)?;
+    // SAFETY: dup2 onto the standard descriptors with valid open fds.
+    unsafe {
+        libc::dup2(null.as_raw_fd(), 0);
+        libc::dup2(log.as_raw_fd(), 1);
+        libc::dup2(log.as_raw_fd(), 2);
+    }
+    Ok(())
+}
+
+/// Runs the shim for the sandbox state dir `dir`. Returns only in the
+/// parent (right after the monitor has forked off), or on a setup error.
+pub fn run(dir: &Path) -> io::Result<()> {
+    std::fs::create_dir_all(dir.join("exits"))?;
+    let sock = dir.join("shim.sock");
+    let _ = std::fs::remove_file(&sock);
+    let listener = UnixListener::bind(&sock)?;
+    let (wake_r, wake_w) = rustix::pipe::pipe_with(
+        rustix::pipe::PipeFlags::CLOEXEC | rustix::pipe::PipeFlags::NONBLOCK,
+    )?;
+    let (ready_r, ready_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+
+    // SAFETY: the process is single-threaded here (no runtime was started),
+    // so fork is safe; the child only continues this function.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if pid > 0 {
+        // Return (and exit) only once the monitor is ready to serve.
+        drop(ready_w);
+        let mut b = [0u8; 1];
+        return match rustix::io::read(&ready_r, &mut b) {
+            Ok(1) => Ok(()),
+            _ => Err(io::Error::other(
+                "the shim monitor failed to start (see shim.log)",
+            )),
+        };
+    }
+    drop(ready_r);
+    // The monitor: its own session, reparented away from the server.
+    rustix::process::setsid()?;
+    // SAFETY: prctl(PR_SET_CHILD_SUBREAPER, 1) has no memory effects.
+    unsafe {
+        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+    }
+    std::env::set_current_dir("/")?;
+    redirect_stdio(&dir.join("shim.log"))?;
+    WAKE_FD.store(wake_w.as_raw_fd(), Ordering::Relaxed);
+    // SAFETY: installing an async-signal-safe handler for SIGCHLD.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_sigchld as *const () as usize;
+        sa.sa_flags = libc::SA_RESTART | libc::SA_NOCLDSTOP;
+        libc::sigemptyset(&mut sa.sa_mask);
+        libc::sigaction(libc::SIGCHLD, &sa, std::ptr::null_mut());
+    }
+    crate::store::atomic::write_file(
+        &dir.join("shim.pid"),
+        std::process::id().to_string().as_bytes(),
+    )?;
+    crate::store::atomic::write_file(&dir.join("address"), sock.display().to_string().as_bytes())?;
+    rustix::io::write(&ready_w, b"1")?;
+    drop(ready_w);
+
+    let mut shim = Shim {
+        dir: dir.to_path_buf(),
+        youki: dir.join("youki"),
+        containers: HashMap::new(),
+        shutdown: false,
+    };
+    listener.set_nonblocking(true)?;
+    while !shim.shutdown {
+        let mut fds = [
+            rustix::event::PollFd::new(&listener, rustix::event::PollFlags::IN),
+            rustix::event::PollFd::new(&wake_r, rustix::event::PollFlags::IN),
+        ];
+        match rustix::event::poll(&mut fds, None) {
+            Ok(_) | Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+        let mut buf = [0u8; 64];
+        while rustix::io::read(wake_r.as_fd(), &mut buf)
+            .map(|n| n > 0)
+            .unwrap_or(false)
+        {}
+        shim.reap();
+        loop {
+            match listener.accept() {
+                Ok((conn, _)) => {
+                    let _ = conn.set_nonblocking(false);
+                    shim.serve_one(conn);
+                    shim.reap();
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    let _ = std::fs::remove_file(&sock);
+    let _ = std::fs::remove_file(dir.join("address"));
+    let _ = std::fs::remove_file(dir.join("shim.pid"));
+    std::process::exit(0);
+}

@@ -1,0 +1,521 @@
+//! Pod sandboxes end to end on a real husk serve: the pause container in a
+//! per-pod shim, pinned namespaces, real CNI plugins on a test-unique
+//! bridge, the pod files, and nothing left behind after removal or after a
+//! failure at any step.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::cni::{iptables_mentions, TestNetwork};
+use common::images::*;
+use common::registry::Registry;
+use common::server::Husk;
+use husk::api::cri::*;
+use std::path::Path;
+use std::process::Command;
+
+struct Pod {
+    cgroup_parent: String,
+    reg: Registry,
+    net: TestNetwork,
+    h: Husk,
+    _ipam: tempfile::TempDir,
+}
+
+fn pause_image() -> common::images::Image {
+    common::images::Image::with_config(
+        vec![Layer::new(&busybox_entries(), Compression::Gzip)],
+        "amd64",
+        serde_json::json!({"Entrypoint": ["/bin/sleep", "2147483647"], "User": "65534:65534"}),
+    )
+}
+
+async fn setup(extra: Vec<serde_json::Value>) -> Pod {
+    let reg = Registry::start();
+    Pusher::new(&reg)
+        .image("k8s/pause", "test", &pause_image(), Format::Oci)
+        .await;
+    let ipam = tempfile::tempdir().unwrap();
+    let net = TestNetwork::new(ipam.path());
+    let h = Husk::start_with(vec![
+        "--sandbox-image".into(),
+        format!("{}/k8s/pause:test", reg.host()),
+        "--cni-bin-dir".into(),
+        "/usr/lib/cni".into(),
+    ])
+    .await;
+    net.write(&h.dir.path().join("net.d"), extra);
+    Pod {
+        cgroup_parent: format!("husk-test-{:08x}", rand::random::<u32>()),
+        reg,
+        net,
+        h,
+        _ipam: ipam,
+    }
+}
+
+impl Drop for Pod {
+    fn drop(&mut self) {
+        for h in cgroup_hierarchies() {
+            let _ = std::fs::remove_dir(h.join(&self.cgroup_parent));
+        }
+    }
+}
+
+/// Every cgroup hierarchy mounted under /sys/fs/cgroup.
+fn cgroup_hierarchies() -> Vec<std::path::PathBuf> {
+    std::fs::read_dir("/sys/fs/cgroup")
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.is_dir() && !p.is_symlink())
+        .collect()
+}
+
+impl Pod {
+    fn config(&self, name: &str) -> PodSandboxConfig {
+        let mut c = config(name);
+        c.linux.as_mut().unwrap().cgroup_parent = format!("/{}", self.cgroup_parent);
+        c
+    }
+}
+
+fn config(name: &str) -> PodSandboxConfig {
+    PodSandboxConfig {
+        metadata: Some(PodSandboxMetadata {
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            namespace: "default".into(),
+            attempt: 0,
+        }),
+        hostname: name.into(),
+        log_directory: format!("/tmp/husk-test-logs/{name}"),
+        dns_config: Some(DnsConfig {
+            servers: vec!["10.96.0.10".into()],
+            searches: vec!["default.svc.cluster.local".into()],
+            options: vec!["ndots:5".into()],
+        }),
+        labels: [("app".to_string(), name.to_string())].into(),
+        linux: Some(LinuxPodSandboxConfig {
+            cgroup_parent: "/husk-test".into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+async fn run(h: &Husk, c: PodSandboxConfig) -> Result<String, tonic::Status> {
+    h.runtime()
+        .await
+        .run_pod_sandbox(RunPodSandboxRequest {
+            config: Some(c),
+            runtime_handler: String::new(),
+        })
+        .await
+        .map(|r| r.into_inner().pod_sandbox_id)
+}
+
+async fn status(h: &Husk, id: &str) -> Result<PodSandboxStatusResponse, tonic::Status> {
+    h.runtime()
+        .await
+        .pod_sandbox_status(PodSandboxStatusRequest {
+            pod_sandbox_id: id.into(),
+            verbose: true,
+        })
+        .await
+        .map(|r| r.into_inner())
+}
+
+fn pause_pid(st: &PodSandboxStatusResponse) -> i32 {
+    let info: serde_json::Value = serde_json::from_str(&st.info["info"]).unwrap();
+    info["pid"].as_i64().unwrap() as i32
+}
+
+fn shims_for(dir: &Path) -> usize {
+    let out = Command::new("pgrep")
+        .args(["-f", &format!("husk shim --dir {}", dir.display())])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).lines().count()
+}
+
+/// Everything a sandbox could leave behind, counted.
+fn leftovers(p: &Pod) -> Vec<String> {
+    let mut v = Vec::new();
+    if p.net.veths() > 0 {
+        v.push(format!("{} veths", p.net.veths()));
+    }
+    if p.net.leases() > 0 {
+        v.push(format!("{} leases", p.net.leases()));
+    }
+    let mounts = common::mounts_under(p.h.dir.path());
+    if !mounts.is_empty() {
+        v.push(format!("mounts {mounts:?}"));
+    }
+    if shims_for(p.h.dir.path()) > 0 {
+        v.push("shim processes".into());
+    }
+    for sub in ["root/sandboxes", "run/s", "run/ns"] {
+        let n = std::fs::read_dir(p.h.dir.path().join(sub))
+            .map(|r| r.count())
+            .unwrap_or(0);
+        if n > 0 {
+            v.push(format!("{n} entries in {sub}"));
+        }
+    }
+    if common::count_files(&p.h.root().join("cni-cache")) > 0 {
+        v.push("CNI cache files".into());
+    }
+    for h in cgroup_hierarchies() {
+        let d = h.join(&p.cgroup_parent);
+        if let Ok(rd) = std::fs::read_dir(&d) {
+            let n = rd
+                .flatten()
+                .filter(|e| e.file_type().map(|t| t.is_dir()).unwrap_or(false))
+                .count();
+            if n > 0 {
+                v.push(format!("{n} cgroups in {}", d.display()));
+            }
+        }
+    }
+    v
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_pods_network_files_lifecycle_and_cleanup() {
+    if !common::require_root() {
+        return;
+    }
+    let p = setup(vec![]).await;
+    let h = &p.h;
+    let a = run(h, p.config("pod-a")).await.unwrap();
+    let b = run(h, p.config("pod-b")).await.unwrap();
+    let (sa, sb) = (status(h, &a).await.unwrap(), status(h, &b).await.unwrap());
+    let st = sa.status.clone().unwrap();
+    assert_eq!(st.state, PodSandboxState::SandboxReady as i32);
+    assert_eq!(st.metadata.as_ref().unwrap().name, "pod-a");
+    assert!(
+        st.created_at > 1_600_000_000_000_000_000,
+        "created_at in ns"
+    );
+    assert_eq!(st.labels["app"], "pod-a");
+    let (ipa, ipb) = (
+        st.network.unwrap().ip,
+        sb.status.clone().unwrap().network.unwrap().ip,
+    );
+    assert!(ipa.starts_with(&p.net.subnet_prefix) && ipb.starts_with(&p.net.subnet_prefix));
+    assert_ne!(ipa, ipb);
+
+    // The pause process: its own pid namespace, the pod's hostname, running as 65534.
+    let pid = pause_pid(&sa);
+    let pstatus = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    assert!(
+        pstatus
+            .lines()
+            .any(|l| l.starts_with("Uid:") && l.contains("65534")),
+        "{pstatus}"
+    );
+    assert_ne!(
+        std::fs::read_link(format!("/proc/{pid}/ns/pid")).unwrap(),
+        std::fs::read_link("/proc/self/ns/pid").unwrap()
+    );
+    let hn = Command::new("nsenter")
+        .args(["-t", &pid.to_string(), "-u", "hostname"])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&hn.stdout).trim(), "pod-a");
+    // Pods reach each other over the bridge.
+    let ping = Command::new("nsenter")
+        .args([
+            "-t",
+            &pid.to_string(),
+            "-n",
+            "/bin/busybox",
+            "ping",
+            "-c",
+            "1",
+            "-W",
+            "2",
+            &ipb,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        ping.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ping.stdout)
+    );
+    // The pod files.
+    let dir = h.root().join("sandboxes").join(&a);
+    let resolv = std::fs::read_to_string(dir.join("resolv.conf")).unwrap();
+    assert!(
+        resolv.contains("nameserver 10.96.0.10")
+            && resolv.contains("search default.svc.cluster.local")
+            && resolv.contains("options ndots:5"),
+        "{resolv}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("hostname")).unwrap(),
+        "pod-a\n"
+    );
+    assert!(std::fs::read_to_string(dir.join("hosts"))
+        .unwrap()
+        .contains(&format!("{ipa}\tpod-a")));
+
+    // The same name again is refused, naming the existing sandbox.
+    let e = run(h, p.config("pod-a")).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::AlreadyExists);
+    assert!(e.message().contains(&a), "{}", e.message());
+
+    // List with filters.
+    let mut rt = h.runtime().await;
+    let list = |f: PodSandboxFilter| ListPodSandboxRequest { filter: Some(f) };
+    assert_eq!(
+        rt.list_pod_sandbox(list(PodSandboxFilter::default()))
+            .await
+            .unwrap()
+            .into_inner()
+            .items
+            .len(),
+        2
+    );
+    let by_label = rt
+        .list_pod_sandbox(list(PodSandboxFilter {
+            label_selector: [("app".to_string(), "pod-b".to_string())].into(),
+            ..Default::default()
+        }))
+        .await
+        .unwrap()
+        .into_inner()
+        .items;
+    assert_eq!(
+        by_label.iter().map(|s| s.id.clone()).collect::<Vec<_>>(),
+        vec![b.clone()]
+    );
+    let by_prefix = rt
+        .list_pod_sandbox(list(PodSandboxFilter {
+            id: a[..8].to_string(),
+            ..Default::default()
+        }))
+        .await
+        .unwrap()
+        .into_inner()
+        .items;
+    assert_eq!(by_prefix.len(), 1);
+
+    // Stop: NOTREADY, the pause process gone, network released; twice is fine.
+    rt.stop_pod_sandbox(StopPodSandboxRequest {
+        pod_sandbox_id: a.clone(),
+    })
+    .await
+    .unwrap();
+    rt.stop_pod_sandbox(StopPodSandboxRequest {
+        pod_sandbox_id: a.clone(),
+    })
+    .await
+    .unwrap();
+    let st = status(h, &a).await.unwrap().status.unwrap();
+    assert_eq!(st.state, PodSandboxState::SandboxNotready as i32);
+    assert!(
+        !Path::new(&format!("/proc/{pid}")).exists()
+            || std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .unwrap()
+                .contains(") Z")
+    );
+    assert_eq!(p.net.leases(), 1);
+    let ready = rt
+        .list_pod_sandbox(list(PodSandboxFilter {
+            state: Some(PodSandboxStateValue {
+                state: PodSandboxState::SandboxReady as i32,
+            }),
+            ..Default::default()
+        }))
+        .await
+        .unwrap()
+        .into_inner()
+        .items;
+    assert_eq!(ready.len(), 1);
+
+    // Remove both (twice); unknown ids are success for stop and remove.
+    for id in [&a, &b, &a, &b] {
+        rt.remove_pod_sandbox(RemovePodSandboxRequest {
+            pod_sandbox_id: id.to_string(),
+        })
+        .await
+        .unwrap();
+    }
+    rt.stop_pod_sandbox(StopPodSandboxRequest {
+        pod_sandbox_id: "nonexistent".into(),
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        status(h, &a).await.unwrap_err().code(),
+        tonic::Code::NotFound
+    );
+    assert_eq!(leftovers(&p), Vec::<String>::new());
+    assert_eq!(iptables_mentions(&a) + iptables_mentions(&b), 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn host_network_pod_and_a_host_port() {
+    if !common::require_root() {
+        return;
+    }
+    let p = setup(vec![]).await;
+    let h = &p.h;
+    let mut c = p.config("hostnet");
+    c.linux.as_mut().unwrap().security_context = Some(LinuxSandboxSecurityContext {
+        namespace_options: Some(NamespaceOption {
+            network: NamespaceMode::Node as i32,
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    let id = run(h, c).await.unwrap();
+    let st = status(h, &id).await.unwrap();
+    let pid = pause_pid(&st);
+    assert_eq!(
+        std::fs::read_link(format!("/proc/{pid}/ns/net")).unwrap(),
+        std::fs::read_link("/proc/self/ns/net").unwrap(),
+        "host network"
+    );
+    assert_eq!(p.net.veths(), 0, "no CNI for a host-network pod");
+    assert_eq!(
+        st.status
+            .unwrap()
+            .linux
+            .unwrap()
+            .namespaces
+            .unwrap()
+            .options
+            .unwrap()
+            .network,
+        NamespaceMode::Node as i32
+    );
+
+    // A hostPort on a pod network reaches a server inside from 127.0.0.1.
+    let port = common::free_port();
+    let mut c = p.config("web");
+    c.port_mappings = vec![PortMapping {
+        protocol: Protocol::Tcp as i32,
+        container_port: 8080,
+        host_port: port as i32,
+        host_ip: "127.0.0.1".into(),
+    }];
+    let web = run(h, c).await.unwrap();
+    let wpid = pause_pid(&status(h, &web).await.unwrap());
+    let www = h.dir.path().join("www");
+    std::fs::create_dir_all(&www).unwrap();
+    std::fs::write(www.join("index.html"), "pod says hi").unwrap();
+    let mut httpd = Command::new("nsenter")
+        .args([
+            "-t",
+            &wpid.to_string(),
+            "-n",
+            "/bin/busybox",
+            "httpd",
+            "-f",
+            "-p",
+            "8080",
+            "-h",
+        ])
+        .arg(&www)
+        .spawn()
+        .unwrap();
+    let mut body = String::new();
+    for _ in 0..50 {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+            use std::io::{Read, Write};
+            s.set_read_timeout(Some(std::time::Duration::from_secs(2)))
+                .unwrap();
+            s.write_all(b"GET /index.html HTTP/1.0\r\n\r\n").unwrap();
+            let _ = s.read_to_string(&mut body);
+            if body.contains("hi") {
+                break;
+            }
+        }
+    }
+    let _ = httpd.kill();
+    let _ = httpd.wait();
+    assert!(body.contains("pod says hi"), "{body:?}");
+    let mut rt = h.runtime().await;
+    for id in [&id, &web] {
+        rt.remove_pod_sandbox(RemovePodSandboxRequest {
+            pod_sandbox_id: id.to_string(),
+        })
+        .await
+        .unwrap();
+    }
+    assert_eq!(leftovers(&p), Vec::<String>::new());
+    assert_eq!(iptables_mentions(&web), 0, "no portmap rule left");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn failures_unwind_everything() {
+    if !common::require_root() {
+        return;
+    }
+    // A CNI plugin that fails after bridge has attached the pod.
+    let p = setup(vec![serde_json::json!({"type": "no-such-plugin"})]).await;
+    let h = &p.h;
+    let e = run(h, p.config("cni-fails")).await.unwrap_err();
+    assert!(e.message().contains("no-such-plugin"), "{}", e.message());
+    assert_eq!(leftovers(&p), Vec::<String>::new());
+
+    // A bad sysctl: InvalidArgument before anything is made.
+    let mut c = p.config("bad-sysctl");
+    c.linux.as_mut().unwrap().sysctls = [("kernel.hostname".to_string(), "x".to_string())].into();
+    let e = run(h, c).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    assert!(e.message().contains("kernel.hostname"));
+    // Missing metadata.
+    let mut c = p.config("no-uid");
+    c.metadata.as_mut().unwrap().uid.clear();
+    assert_eq!(
+        run(h, c).await.unwrap_err().code(),
+        tonic::Code::InvalidArgument
+    );
+    assert_eq!(leftovers(&p), Vec::<String>::new());
+
+    // The name was released by every failure: a good run now works.
+    net_ok(&p).await;
+}
+
+async fn net_ok(p: &Pod) {
+    // Replace the failing conflist with a working one.
+    p.net.write(&p.h.dir.path().join("net.d"), vec![]);
+    let id = run(&p.h, p.config("cni-fails")).await.unwrap();
+    p.h.runtime()
+        .await
+        .remove_pod_sandbox(RemovePodSandboxRequest { pod_sandbox_id: id })
+        .await
+        .unwrap();
+    assert_eq!(leftovers(p), Vec::<String>::new());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn missing_sandbox_image_fails_cleanly() {
+    if !common::require_root() {
+        return;
+    }
+    let p = setup(vec![]).await;
+    let h2 = Husk::start_with(vec![
+        "--sandbox-image".into(),
+        format!("{}/k8s/pause:absent", p.reg.host()),
+    ])
+    .await;
+    p.net.write(&h2.dir.path().join("net.d"), vec![]);
+    let e = run(&h2, p.config("x")).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::NotFound, "{e:?}");
+    for sub in ["root/sandboxes", "run/s", "run/ns"] {
+        assert_eq!(
+            std::fs::read_dir(h2.dir.path().join(sub))
+                .map(|r| r.count())
+                .unwrap_or(0),
+            0,
+            "{sub}"
+        );
+    }
+}
