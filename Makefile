@@ -1,5 +1,5 @@
 # husk: common tasks. Every target installs what it needs first.
-.PHONY: setup build test demo bench-pull lint
+.PHONY: setup build test demo bench-pull bench-sandbox lint
 
 setup:
 	bash packaging/setup-dev.sh
@@ -24,3 +24,7 @@ demo: build
 # Cold pull of a 100 MB, 5-layer image: husk vs containerd 1.6, interleaved.
 bench-pull: build
 	bash packaging/bench-pull.sh
+
+# Pod sandboxes: RunPodSandbox, stop+remove, memory per pod; vs containerd.
+bench-sandbox: build
+	bash packaging/bench-sandbox.sh

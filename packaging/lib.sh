@@ -76,10 +76,29 @@ build_big_oci() {
   rm -rf "$work"
 }
 
-# start_containerd DIR CERTS_D: Debian's containerd on its own root and socket.
+# build_pause_oci LAYOUT: a pause image from busybox-static (sleeps forever).
+build_pause_oci() {
+  build_busybox_oci "$1"
+  umoci config --image "$1:latest" --config.entrypoint /bin/sleep --config.cmd 2147483647 \
+    --config.user 65534:65534 >/dev/null
+}
+
+# write_conflist DIR BRIDGE SUBNET IPAM_DIR: a bridge + host-local + portmap network.
+write_conflist() {
+  mkdir -p "$1"
+  cat >"$1/10-bench.conflist" <<JSON
+{"cniVersion": "1.0.0", "name": "net-$2", "plugins": [
+  {"type": "bridge", "bridge": "$2", "isGateway": true, "ipMasq": false,
+   "ipam": {"type": "host-local", "dataDir": "$4", "ranges": [[{"subnet": "$3"}]]}},
+  {"type": "portmap", "capabilities": {"portMappings": true}}]}
+JSON
+}
+
+# start_containerd DIR CERTS_D [SANDBOX_IMAGE CNI_CONF_DIR]: Debian's
+# containerd on its own root and socket.
 start_containerd() {
-  local dir=$1 certs=$2
-  mkdir -p "$dir/root" "$dir/state" "$dir/net.d"
+  local dir=$1 certs=$2 pause=${3:-registry.k8s.io/pause:3.6} netd=${4:-$1/net.d}
+  mkdir -p "$dir/root" "$dir/state" "$netd"
   cat >"$dir/config.toml" <<TOML
 version = 2
 root = "$dir/root"
@@ -94,11 +113,12 @@ state = "$dir/state"
   address = ""
 [plugins."io.containerd.grpc.v1.cri"]
   restrict_oom_score_adj = true
+  sandbox_image = "$pause"
   [plugins."io.containerd.grpc.v1.cri".registry]
     config_path = "$certs"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
-    conf_dir = "$dir/net.d"
+    conf_dir = "$netd"
 TOML
   containerd --config "$dir/config.toml" >"$dir/containerd.log" 2>&1 &
   echo $! >"$dir/pid"

@@ -73,9 +73,15 @@ enum Cmd {
         /// Iterations per operation.
         #[arg(long, default_value_t = 5)]
         iterations: usize,
+        /// Operations: pull, sandbox (comma-separated).
+        #[arg(long, default_value = "pull")]
+        ops: String,
         /// Image for the cold-pull operation.
-        #[arg(long)]
+        #[arg(long, default_value = "")]
         image: String,
+        /// Pod counts at which the sandbox benchmark measures memory.
+        #[arg(long, default_value = "1,10,50")]
+        pods: String,
         /// Machine-readable output.
         #[arg(long)]
         json: bool,
@@ -216,9 +222,19 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             endpoint,
             vs,
             iterations,
+            ops,
             image,
+            pods,
             json,
-        } => runtime()?.block_on(bench(endpoint, vs, iterations, image, json)),
+        } => runtime()?.block_on(bench(BenchArgs {
+            endpoint,
+            vs,
+            iterations,
+            ops,
+            image,
+            pods,
+            json,
+        })),
         Cmd::Shim { .. } => Ok(()),
         Cmd::Config {
             cmd: ConfigCmd::Default,
@@ -244,38 +260,83 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
-async fn bench(
+struct BenchArgs {
     endpoint: String,
     vs: Option<String>,
     iterations: usize,
+    ops: String,
     image: String,
+    pods: String,
     json: bool,
-) -> anyhow::Result<()> {
+}
+
+async fn bench(a: BenchArgs) -> anyhow::Result<()> {
     use husk::bench::*;
-    let mut targets = vec![Target::connect("runtime", &endpoint).await?];
-    if let Some(v) = &vs {
+    let mut targets = vec![Target::connect("runtime", &a.endpoint).await?];
+    if let Some(v) = &a.vs {
         targets.push(Target::connect("vs", v).await?);
     }
     for t in targets.iter_mut() {
-        let v = husk::api::cri::runtime_service_client::RuntimeServiceClient::new(
-            husk::cli::connect(&t.endpoint).await?,
-        )
-        .version(husk::api::cri::VersionRequest {
-            version: "v1".into(),
-        })
-        .await?
-        .into_inner();
+        let v = t
+            .runtime
+            .version(husk::api::cri::VersionRequest {
+                version: "v1".into(),
+            })
+            .await?
+            .into_inner();
         t.name = format!("{} {}", v.runtime_name, v.runtime_version);
     }
-    let load_before = loadavg();
-    let results = bench_pull(&mut targets, &image, iterations).await?;
-    let load_after = loadavg();
-    if json {
-        let out = serde_json::json!({"image": image, "iterations": iterations, "load_before": load_before, "load_after": load_after, "pull": results});
-        println!("{}", serde_json::to_string_pretty(&out)?);
-        return Ok(());
+    let mut report = serde_json::Map::new();
+    report.insert("load_before".into(), loadavg().into());
+    for op in a.ops.split(',').map(str::trim).filter(|o| !o.is_empty()) {
+        match op {
+            "pull" => {
+                anyhow::ensure!(
+                    !a.image.is_empty(),
+                    "--image is required for the pull benchmark"
+                );
+                let results = bench_pull(&mut targets, &a.image, a.iterations).await?;
+                if !a.json {
+                    print_pull(&a.image, a.iterations, &results);
+                }
+                report.insert("pull".into(), serde_json::to_value(&results)?);
+            }
+            "sandbox" => {
+                let counts: Vec<usize> = a
+                    .pods
+                    .split(',')
+                    .filter_map(|s| s.trim().parse().ok())
+                    .collect();
+                let results = sandbox::bench_sandbox(&mut targets, a.iterations, &counts).await?;
+                if !a.json {
+                    print_sandbox(a.iterations, &results);
+                }
+                report.insert("sandbox".into(), serde_json::to_value(&results)?);
+            }
+            other => anyhow::bail!("unknown benchmark operation {other:?} (pull, sandbox)"),
+        }
     }
-    println!("cold pull of {image} ({} bytes), {iterations} interleaved iterations; load {load_before} -> {load_after}", results[0].image_bytes);
+    report.insert("load_after".into(), loadavg().into());
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!(
+            "load average: {} -> {}",
+            report["load_before"], report["load_after"]
+        );
+    }
+    Ok(())
+}
+
+fn ratio(a: f64, b: f64) -> f64 {
+    a / b.max(f64::MIN_POSITIVE)
+}
+
+fn print_pull(image: &str, iterations: usize, results: &[husk::bench::PullResult]) {
+    println!(
+        "cold pull of {image} ({} bytes), {iterations} interleaved iterations",
+        results[0].image_bytes
+    );
     println!(
         "{:<28} {:>10} {:>10} {:>10} {:>10} {:>12} {:>14} {:>14}",
         "runtime",
@@ -287,7 +348,7 @@ async fn bench(
         "idle RSS MB",
         "RSS after MB"
     );
-    for r in &results {
+    for r in results {
         println!(
             "{:<28} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>12.0} {:>14.1} {:>14.1}",
             r.runtime,
@@ -300,16 +361,63 @@ async fn bench(
             r.rss_idle_after_mb
         );
     }
-    if results.len() == 2 {
-        let (a, b) = (&results[0], &results[1]);
+    if let [a, b] = results {
         println!(
             "ratio {} / {}: throughput {:.2}x, pull time {:.2}x, idle RSS {:.2}x",
             a.runtime,
             b.runtime,
-            a.mb_per_s_p50 / b.mb_per_s_p50.max(f64::MIN_POSITIVE),
-            a.pull.p50_ms / b.pull.p50_ms.max(f64::MIN_POSITIVE),
-            a.rss_idle_after_mb / b.rss_idle_after_mb.max(f64::MIN_POSITIVE)
+            ratio(a.mb_per_s_p50, b.mb_per_s_p50),
+            ratio(a.pull.p50_ms, b.pull.p50_ms),
+            ratio(a.rss_idle_after_mb, b.rss_idle_after_mb)
         );
     }
-    Ok(())
+}
+
+fn print_sandbox(iterations: usize, results: &[husk::bench::sandbox::SandboxResult]) {
+    println!("pod sandboxes, {iterations} interleaved iterations");
+    println!(
+        "{:<28} {:>12} {:>12} {:>12} {:>16} {:>16}",
+        "runtime", "run p50 ms", "run p90 ms", "run p99 ms", "stop+rm p50 ms", "stop+rm p90 ms"
+    );
+    for r in results {
+        println!(
+            "{:<28} {:>12.1} {:>12.1} {:>12.1} {:>16.1} {:>16.1}",
+            r.runtime,
+            r.run.p50_ms,
+            r.run.p90_ms,
+            r.run.p99_ms,
+            r.stop_remove.p50_ms,
+            r.stop_remove.p90_ms
+        );
+    }
+    println!(
+        "{:<28} {:>6} {:>14} {:>14} {:>14} {:>14}",
+        "memory", "pods", "shim RSS MB", "shim PSS MB", "total RSS MB", "per pod MB"
+    );
+    for r in results {
+        for m in &r.memory {
+            println!(
+                "{:<28} {:>6} {:>14.2} {:>14.2} {:>14.1} {:>14.2}",
+                r.runtime, m.pods, m.shim_rss_mb, m.shim_pss_mb, m.total_rss_mb, m.per_pod_mb
+            );
+        }
+    }
+    if let [a, b] = results {
+        println!(
+            "ratio {} / {}: RunPodSandbox p50 {:.2}x, stop+remove p50 {:.2}x",
+            a.runtime,
+            b.runtime,
+            ratio(a.run.p50_ms, b.run.p50_ms),
+            ratio(a.stop_remove.p50_ms, b.stop_remove.p50_ms)
+        );
+        for (ma, mb) in a.memory.iter().zip(&b.memory) {
+            println!(
+                "  {} pods: shim RSS {:.2}x, shim PSS {:.2}x, memory per pod {:.2}x",
+                ma.pods,
+                ratio(ma.shim_rss_mb, mb.shim_rss_mb),
+                ratio(ma.shim_pss_mb, mb.shim_pss_mb),
+                ratio(ma.per_pod_mb, mb.per_pod_mb)
+            );
+        }
+    }
 }

@@ -5,8 +5,10 @@
 //! ratio of p50s, and the runtimes' RSS found through their sockets.
 
 pub mod procs;
+pub mod sandbox;
 
 use crate::api::cri::image_service_client::ImageServiceClient;
+use crate::api::cri::runtime_service_client::RuntimeServiceClient;
 use crate::api::cri::{ImageSpec, ImageStatusRequest, PullImageRequest, RemoveImageRequest};
 use anyhow::Context as _;
 use serde::Serialize;
@@ -45,6 +47,7 @@ pub struct Target {
     pub name: String,
     pub endpoint: String,
     pub images: ImageServiceClient<Channel>,
+    pub runtime: RuntimeServiceClient<Channel>,
 }
 
 impl Target {
@@ -53,17 +56,43 @@ impl Target {
         Ok(Target {
             name: name.to_string(),
             endpoint: endpoint.to_string(),
-            images: ImageServiceClient::new(ch).max_decoding_message_size(64 << 20),
+            images: ImageServiceClient::new(ch.clone()).max_decoding_message_size(64 << 20),
+            runtime: RuntimeServiceClient::new(ch).max_decoding_message_size(64 << 20),
         })
     }
 
+    fn socket_path(&self) -> &std::path::Path {
+        std::path::Path::new(
+            self.endpoint
+                .strip_prefix("unix://")
+                .unwrap_or(&self.endpoint),
+        )
+    }
+
+    /// The server and its helpers: descendants, and shims reparented away
+    /// whose command line names a path under the socket's directory
+    /// (`husk shim --dir /run/husk/s/…`, `containerd-shim -address /run/containerd/…`).
     fn processes(&self) -> Vec<u32> {
-        let path = self
-            .endpoint
-            .strip_prefix("unix://")
-            .unwrap_or(&self.endpoint);
-        let owners = procs::socket_owners(std::path::Path::new(path));
-        procs::runtime_processes(&owners, &[])
+        let owners = procs::socket_owners(self.socket_path());
+        let mut all = procs::runtime_processes(&owners, &[]);
+        for p in self.shims() {
+            if !all.contains(&p) {
+                all.push(p);
+            }
+        }
+        all
+    }
+
+    /// The runtime's per-pod monitors.
+    pub fn shims(&self) -> Vec<u32> {
+        let Some(dir) = self.socket_path().parent() else {
+            return Vec::new();
+        };
+        let owners = procs::socket_owners(self.socket_path());
+        procs::by_cmdline(&format!("{}/", dir.display()))
+            .into_iter()
+            .filter(|p| !owners.contains(p))
+            .collect()
     }
 
     /// RSS of the server and its helper processes.

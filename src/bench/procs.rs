@@ -74,6 +74,26 @@ pub fn all_processes() -> HashMap<u32, (u32, String)> {
     out
 }
 
+/// Processes (other than this one) whose command line mentions `needle`:
+/// how shims reparented away from their server are found.
+pub fn by_cmdline(needle: &str) -> Vec<u32> {
+    let me = std::process::id();
+    all_processes()
+        .keys()
+        .copied()
+        .filter(|pid| *pid != me)
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .map(|c| {
+                    String::from_utf8_lossy(&c)
+                        .replace('\0', " ")
+                        .contains(needle)
+                })
+                .unwrap_or(false)
+        })
+        .collect()
+}
+
 /// `roots`, their descendants, and processes whose comm starts with one of
 /// `helper_prefixes` (reparented shims).
 pub fn runtime_processes(roots: &[u32], helper_prefixes: &[&str]) -> Vec<u32> {
@@ -117,6 +137,20 @@ pub fn cpu_seconds(pid: u32) -> f64 {
     // SAFETY: sysconf has no preconditions; _SC_CLK_TCK is a valid name.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
     ticks as f64 / hz
+}
+
+/// Proportional set size (shared pages divided among their users), in bytes.
+pub fn pss_bytes(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Pss:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<u64>().ok())
+        })
+        .map(|kb| kb * 1024)
+        .unwrap_or(0)
 }
 
 /// Resident set size of a process, in bytes (VmRSS).

@@ -452,6 +452,8 @@ pub fn run(dir: &Path) -> io::Result<()> {
                     let _ = conn.set_nonblocking(false);
                     shim.serve_one(conn);
                     shim.reap();
+                    // Keep the idle monitor small: return freed heap.
+                    crate::sys::release_memory();
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Pod sandboxes: RunPodSandbox and Stop+RemovePodSandbox latency, and the
+# runtime's memory with 1, 10 and 50 pods, husk against Debian's containerd
+# 1.6 (same conflist, same pause image, its own root and socket),
+# interleaved in one run by the same CRI client (`husk bench`).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/lib.sh"
+husk=${HUSK:-$here/../target/release/husk}
+iterations=${ITERATIONS:-20}
+pods=${PODS:-1,10,50}
+work=$(mktemp -d /tmp/husk-bench.XXXXXX)
+port=$(free_port)
+bridge="hkb$(printf '%06x' $((RANDOM * RANDOM % 16777216)))"
+subnet="10.$((200 + RANDOM % 50)).$((RANDOM % 250)).0/24"
+cleanup() {
+  for p in "$work/husk.pid" "$work/containerd/pid" "$work/registry/pid"; do
+    [ -f "$p" ] && kill "$(cat "$p")" 2>/dev/null || true
+  done
+  sleep 1
+  pkill -f "containerd-shim-runc-v2 .*$work" 2>/dev/null || true
+  grep -F "$work" /proc/self/mountinfo | awk '{print $5}' | sort -r | xargs -r -n1 umount -l 2>/dev/null || true
+  ip link del "$bridge" 2>/dev/null || true
+  for d in /sys/fs/cgroup/*/husk-bench; do rmdir "$d"/* "$d" 2>/dev/null || true; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+start_registry "$work/registry" "$port"
+build_pause_oci "$work/layout"
+pause="127.0.0.1:$port/bench/pause:latest"
+skopeo copy --quiet --dest-tls-verify=false "oci:$work/layout:latest" "docker://$pause"
+mkdir -p "$work/certs.d/127.0.0.1:$port"
+printf 'server = "http://127.0.0.1:%s"\n' "$port" >"$work/certs.d/127.0.0.1:$port/hosts.toml"
+write_conflist "$work/net.d" "$bridge" "$subnet" "$work/ipam"
+
+start_containerd "$work/containerd" "$work/certs.d" "$pause" "$work/net.d"
+"$husk" serve --root "$work/husk/root" --state "$work/husk/run" --listen "$work/husk/husk.sock" \
+  --registry-config-dir "$work/certs.d" --cni-conf-dir "$work/net.d" --cni-bin-dir /usr/lib/cni \
+  --sandbox-image "$pause" --log-level warn 2>"$work/husk.log" &
+echo $! >"$work/husk.pid"
+wait_socket "$work/husk/husk.sock"
+sleep 1
+
+"$husk" bench --ops sandbox --endpoint "unix://$work/husk/husk.sock" \
+  --vs "unix://$work/containerd/containerd.sock" --iterations "$iterations" --pods "$pods" ${BENCH_JSON:+--json}
