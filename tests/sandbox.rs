@@ -519,3 +519,106 @@ async fn missing_sandbox_image_fails_cleanly() {
         );
     }
 }
+
+fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| !s.contains(") Z"))
+        .unwrap_or(false)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pods_survive_a_server_kill_and_a_killed_shim_is_reported() {
+    if !common::require_root() {
+        return;
+    }
+    let mut p = setup(vec![]).await;
+    let mut c = p.config("survivor");
+    c.linux.as_mut().unwrap().sysctls = [(
+        "net.ipv4.ip_unprivileged_port_start".to_string(),
+        "0".to_string(),
+    )]
+    .into();
+    let a = run(&p.h, c).await.unwrap();
+    let b = run(&p.h, p.config("victim")).await.unwrap();
+    let pa = pause_pid(&status(&p.h, &a).await.unwrap());
+    let pb = pause_pid(&status(&p.h, &b).await.unwrap());
+    // The pod's sysctl was applied in its network namespace.
+    let v = Command::new("nsenter")
+        .args([
+            "-t",
+            &pa.to_string(),
+            "-n",
+            "cat",
+            "/proc/sys/net/ipv4/ip_unprivileged_port_start",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&v.stdout).trim(), "0");
+
+    // kill -9 the server: the pods keep running, and a new server reports them.
+    p.h.restart().await;
+    assert!(alive(pa) && alive(pb), "pause processes outlive the server");
+    let items =
+        p.h.runtime()
+            .await
+            .list_pod_sandbox(ListPodSandboxRequest { filter: None })
+            .await
+            .unwrap()
+            .into_inner()
+            .items;
+    assert_eq!(items.len(), 2);
+    assert!(
+        items
+            .iter()
+            .all(|s| s.state == PodSandboxState::SandboxReady as i32),
+        "{items:?}"
+    );
+    assert_eq!(pause_pid(&status(&p.h, &a).await.unwrap()), pa);
+
+    // kill -9 one pod's shim: that pod is reported NOTREADY, the other is fine.
+    let shim: i32 = std::fs::read_to_string(p.h.dir.path().join("run/s").join(&b).join("shim.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(shim).unwrap(),
+        rustix::process::Signal::KILL,
+    )
+    .unwrap();
+    for _ in 0..100 {
+        if !alive(shim) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(
+        status(&p.h, &b).await.unwrap().status.unwrap().state,
+        PodSandboxState::SandboxNotready as i32
+    );
+    assert_eq!(
+        status(&p.h, &a).await.unwrap().status.unwrap().state,
+        PodSandboxState::SandboxReady as i32
+    );
+
+    // Both are still removed cleanly, pause processes included.
+    let mut rt = p.h.runtime().await;
+    for id in [&a, &b] {
+        let r = rt
+            .remove_pod_sandbox(RemovePodSandboxRequest {
+                pod_sandbox_id: id.to_string(),
+            })
+            .await;
+        let log = std::fs::read_to_string(p.h.dir.path().join("run/s").join(id).join("shim.log"))
+            .unwrap_or_default();
+        r.unwrap_or_else(|e| {
+            panic!(
+                "remove {id} (a={a}): {e:?}\nshim log: {log}\nhusk log: {}",
+                p.h.log()
+            )
+        });
+    }
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert!(!alive(pa) && !alive(pb), "pause processes are gone");
+    assert_eq!(leftovers(&p), Vec::<String>::new());
+}

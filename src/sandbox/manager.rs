@@ -759,6 +759,7 @@ impl SandboxManager {
             return Ok(());
         };
         let shim_dir = self.shim_dir(id);
+        tracing::debug!(pod_sandbox_id = %id, shim = ?client::pid(&shim_dir), state = shim_dir.join("youki").join(id).exists(), "removing");
         if client::pid(&shim_dir).is_none() && shim_dir.join("youki").join(id).exists() {
             // The shim is gone (killed): a fresh one cleans its containers up.
             client::spawn(&self.paths.exe, &shim_dir)

@@ -39,12 +39,16 @@ pub fn call(dir: &Path, req: &ShimRequest, timeout: Duration) -> io::Result<Shim
     read_msg(&mut s)
 }
 
-/// The monitor's pid, if its pid file names a live process.
+/// The monitor's pid, if its pid file names a live (not zombie) process.
 pub fn pid(dir: &Path) -> Option<i32> {
     let pid: i32 = std::fs::read_to_string(dir.join("shim.pid"))
         .ok()?
         .trim()
         .parse()
         .ok()?;
-    Path::new(&format!("/proc/{pid}")).exists().then_some(pid)
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let state = stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().next())?;
+    (state != "Z" && state != "X").then_some(pid)
 }
