@@ -22,7 +22,7 @@ cleanup() {
   grep -F "$work" /proc/self/mountinfo | awk '{print $5}' | sort -r | xargs -r -n1 umount -l 2>/dev/null || true
   ip link del "$bridge" 2>/dev/null || true
   for d in /sys/fs/cgroup/*/husk-bench; do rmdir "$d"/* "$d" 2>/dev/null || true; done
-  rm -rf "$work"
+  [ -n "${KEEP:-}" ] && cp "$work/husk.log" /tmp/bench-husk.log; rm -rf "$work"
 }
 trap cleanup EXIT
 
@@ -37,7 +37,7 @@ write_conflist "$work/net.d" "$bridge" "$subnet" "$work/ipam"
 start_containerd "$work/containerd" "$work/certs.d" "$pause" "$work/net.d"
 "$husk" serve --root "$work/husk/root" --state "$work/husk/run" --listen "$work/husk/husk.sock" \
   --registry-config-dir "$work/certs.d" --cni-conf-dir "$work/net.d" --cni-bin-dir /usr/lib/cni \
-  --sandbox-image "$pause" --log-level warn 2>"$work/husk.log" &
+  --sandbox-image "$pause" --log-level ${HUSK_LOG:-warn} 2>"$work/husk.log" &
 echo $! >"$work/husk.pid"
 wait_socket "$work/husk/husk.sock"
 sleep 1

@@ -98,6 +98,10 @@ pub struct SandboxManager {
     locks: KeyedLocks,
 }
 
+/// What a CNI ADD thread hands back: the result and what DEL needs.
+type CniOutcome = (serde_json::Value, Cni, NetworkList, Attachment);
+type CniJob = std::thread::JoinHandle<Result<CniOutcome, SandboxError>>;
+
 /// One undo step: what it undoes, and how.
 type UndoStep = (&'static str, Box<dyn FnOnce() + Send>);
 
@@ -360,6 +364,8 @@ impl SandboxManager {
         runtime_handler: String,
         undo: &mut Undo,
     ) -> Result<SandboxRecord, SandboxError> {
+        let t0 = Instant::now();
+        let mut steps: Vec<(&str, Duration)> = Vec::new();
         let md = c.metadata.clone().unwrap_or_default();
         let (net_mode, pid_mode, ipc_mode) = mode(c);
         let host_net = net_mode == NamespaceMode::Node;
@@ -425,6 +431,7 @@ impl SandboxManager {
             Some(pin(NsKind::Ipc, undo, None)?)
         };
 
+        steps.push(("namespaces", t0.elapsed()));
         // /dev/shm for the pod.
         let shm = if host_ipc {
             None
@@ -448,6 +455,7 @@ impl SandboxManager {
             Some(p)
         };
 
+        steps.push(("shm", t0.elapsed()));
         // The pause container's bundle: an overlay of the pause image.
         let bundle = dir.join("bundle");
         let rootfs = bundle.join("rootfs");
@@ -534,10 +542,34 @@ impl SandboxManager {
         atomic::write_json(&bundle.join("config.json"), &config)
             .map_err(SandboxError::io("write pause config"))?;
 
+        steps.push(("bundle", t0.elapsed()));
         // Files the containers will share.
         files::write_all(&dir, c.dns_config.as_ref(), &hostname, None)
             .map_err(SandboxError::io("write pod files"))?;
 
+        steps.push(("files", t0.elapsed()));
+        // CNI ADD runs on its own thread while the shim starts the pause
+        // container: both need only the pinned netns. A failure anywhere
+        // before the join still joins it and undoes the ADD.
+        let cni_job: Arc<Mutex<Option<CniJob>>> = Arc::new(Mutex::new(None));
+        if let Some(ns) = &netns_path {
+            let net = NetworkList::load_first(&self.paths.cni_conf_dir)?
+                .ok_or_else(|| crate::network::cni::CniError::NoConfig(self.paths.cni_conf_dir.clone()))?;
+            let cni = self.cni();
+            let att = self.attachment(id, ns, &md, c);
+            let handle = std::thread::spawn(move || -> Result<CniOutcome, SandboxError> {
+                let result = cni.add(&net, &att)?;
+                Ok((result, cni, net, att))
+            });
+            *cni_job.lock().unwrap_or_else(|p| p.into_inner()) = Some(handle);
+            let job = cni_job.clone();
+            undo.push("pending cni", move || {
+                let pending = job.lock().unwrap_or_else(|p| p.into_inner()).take();
+                if let Some(Ok(Ok((_, cni, net, att)))) = pending.map(|h| h.join()) {
+                    let _ = cni.del(&net, &att);
+                }
+            });
+        }
         // The shim, then the pause container in it.
         client::spawn(&self.paths.exe, &shim_dir).map_err(|e| SandboxError::Shim(e.to_string()))?;
         {
@@ -550,6 +582,7 @@ impl SandboxManager {
                 let _ = std::fs::remove_dir_all(&d);
             });
         }
+        steps.push(("shim", t0.elapsed()));
         shim_call(
             &shim_dir,
             Request::Create(crate::api::shim::CreateRequest {
@@ -563,18 +596,17 @@ impl SandboxManager {
             &shim_dir,
             Request::Start(crate::api::shim::StartRequest { id: id.to_string() }),
         )?;
+        steps.push(("pause", t0.elapsed()));
         let pause_pid = started.state.map(|s| s.pid).unwrap_or(0);
 
-        // Network.
+        // Network: the CNI ADD started above, joined now.
         let mut ips = Vec::new();
         let mut cni_conf = None;
-        if let Some(ns) = &netns_path {
-            let net = NetworkList::load_first(&self.paths.cni_conf_dir)?.ok_or_else(|| {
-                crate::network::cni::CniError::NoConfig(self.paths.cni_conf_dir.clone())
-            })?;
-            let cni = self.cni();
-            let att = self.attachment(id, ns, &md, c);
-            let result = cni.add(&net, &att)?;
+        let pending = cni_job.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(job) = pending {
+            let (result, cni, net, att) = job
+                .join()
+                .map_err(|_| SandboxError::Shim("CNI thread panicked".into()))??;
             {
                 let (cni, net, att) = (cni.clone(), net.clone(), att.clone());
                 undo.push("cni", move || {
@@ -583,15 +615,11 @@ impl SandboxManager {
             }
             ips = crate::network::cni::pod_ips(&result);
             cni_conf = Some(net.file.clone());
-            files::write_all(
-                &dir,
-                c.dns_config.as_ref(),
-                &hostname,
-                ips.first().map(String::as_str),
-            )
-            .map_err(SandboxError::io("write pod files"))?;
+            files::write_all(&dir, c.dns_config.as_ref(), &hostname, ips.first().map(String::as_str))
+                .map_err(SandboxError::io("write pod files"))?;
         }
 
+        steps.push(("cni", t0.elapsed()));
         let rec = SandboxRecord {
             version: RECORD_VERSION,
             id: id.to_string(),
@@ -619,6 +647,7 @@ impl SandboxManager {
             cgroups_path,
         };
         self.write_record(&rec)?;
+        tracing::debug!(pod_sandbox_id = %id, ?steps, "sandbox created");
         Ok(rec)
     }
 
