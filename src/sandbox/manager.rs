@@ -553,8 +553,9 @@ impl SandboxManager {
         // before the join still joins it and undoes the ADD.
         let cni_job: Arc<Mutex<Option<CniJob>>> = Arc::new(Mutex::new(None));
         if let Some(ns) = &netns_path {
-            let net = NetworkList::load_first(&self.paths.cni_conf_dir)?
-                .ok_or_else(|| crate::network::cni::CniError::NoConfig(self.paths.cni_conf_dir.clone()))?;
+            let net = NetworkList::load_first(&self.paths.cni_conf_dir)?.ok_or_else(|| {
+                crate::network::cni::CniError::NoConfig(self.paths.cni_conf_dir.clone())
+            })?;
             let cni = self.cni();
             let att = self.attachment(id, ns, &md, c);
             let handle = std::thread::spawn(move || -> Result<CniOutcome, SandboxError> {
@@ -615,8 +616,13 @@ impl SandboxManager {
             }
             ips = crate::network::cni::pod_ips(&result);
             cni_conf = Some(net.file.clone());
-            files::write_all(&dir, c.dns_config.as_ref(), &hostname, ips.first().map(String::as_str))
-                .map_err(SandboxError::io("write pod files"))?;
+            files::write_all(
+                &dir,
+                c.dns_config.as_ref(),
+                &hostname,
+                ips.first().map(String::as_str),
+            )
+            .map_err(SandboxError::io("write pod files"))?;
         }
 
         steps.push(("cni", t0.elapsed()));
@@ -716,46 +722,59 @@ impl SandboxManager {
         let Some(mut rec) = self.get(id) else {
             return Ok(());
         };
+        let t0 = Instant::now();
         let shim_dir = self.shim_dir(id);
-        if client::pid(&shim_dir).is_some() {
-            let _ = shim_call(
-                &shim_dir,
-                Request::Kill(KillRequest {
-                    id: id.to_string(),
-                    signal: libc::SIGKILL,
-                    all: true,
-                }),
-            );
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while Instant::now() < deadline {
-                match shim_call(
-                    &shim_dir,
-                    Request::State(StateRequest { id: id.to_string() }),
-                ) {
-                    Ok(r)
-                        if r.state
-                            .as_ref()
-                            .map(|s| s.status != "running" && s.status != "created")
-                            .unwrap_or(true) =>
-                    {
-                        break
+        // CNI DEL and the pause kill are independent: run them together.
+        std::thread::scope(|scope| -> Result<(), SandboxError> {
+            let del = scope.spawn(|| -> Result<(), SandboxError> {
+                if let Some(ns) = &rec.netns {
+                    let c = self.saved_config(id);
+                    let md = c.metadata.clone().unwrap_or_default();
+                    let net = match rec.cni_conf.as_ref().filter(|p| p.exists()) {
+                        Some(p) => Some(NetworkList::load(p)?),
+                        None => NetworkList::load_first(&self.paths.cni_conf_dir)?,
+                    };
+                    if let Some(net) = net {
+                        self.cni().del(&net, &self.attachment(id, ns, &md, &c))?;
                     }
-                    Err(_) => break,
-                    _ => std::thread::sleep(Duration::from_millis(5)),
+                }
+                Ok(())
+            });
+            if client::pid(&shim_dir).is_some() {
+                let _ = shim_call(
+                    &shim_dir,
+                    Request::Kill(KillRequest {
+                        id: id.to_string(),
+                        signal: libc::SIGKILL,
+                        all: true,
+                    }),
+                );
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while Instant::now() < deadline {
+                    match shim_call(
+                        &shim_dir,
+                        Request::State(StateRequest { id: id.to_string() }),
+                    ) {
+                        Ok(r)
+                            if r.state
+                                .as_ref()
+                                .map(|s| s.status != "running" && s.status != "created")
+                                .unwrap_or(true) =>
+                        {
+                            break
+                        }
+                        Err(_) => break,
+                        _ => std::thread::sleep(Duration::from_millis(1)),
+                    }
                 }
             }
-        }
-        if let Some(ns) = &rec.netns {
-            let c = self.saved_config(id);
-            let md = c.metadata.clone().unwrap_or_default();
-            let net = match rec.cni_conf.as_ref().filter(|p| p.exists()) {
-                Some(p) => Some(NetworkList::load(p)?),
-                None => NetworkList::load_first(&self.paths.cni_conf_dir)?,
-            };
-            if let Some(net) = net {
-                self.cni().del(&net, &self.attachment(id, ns, &md, &c))?;
-            }
-        }
+            let killed = t0.elapsed();
+            let r = del
+                .join()
+                .map_err(|_| SandboxError::Shim("CNI DEL thread panicked".into()))?;
+            tracing::debug!(pod_sandbox_id = %id, ?killed, cni = ?t0.elapsed(), "pause killed, network detached");
+            r
+        })?;
         if let Some(shm) = &rec.shm {
             match rustix::mount::unmount(shm, rustix::mount::UnmountFlags::DETACH) {
                 Ok(()) | Err(rustix::io::Errno::INVAL) | Err(rustix::io::Errno::NOENT) => {}
@@ -765,7 +784,7 @@ impl SandboxManager {
         if rec.state != SandboxState::NotReady {
             rec.state = SandboxState::NotReady;
             self.write_record(&rec)?;
-            tracing::info!(pod_sandbox_id = %id, "pod sandbox stopped");
+            tracing::info!(pod_sandbox_id = %id, ms = t0.elapsed().as_secs_f64() * 1e3, "pod sandbox stopped");
         }
         Ok(())
     }
@@ -788,6 +807,8 @@ impl SandboxManager {
             return Ok(());
         };
         let shim_dir = self.shim_dir(id);
+        let t0 = Instant::now();
+        let mut steps: Vec<(&str, Duration)> = Vec::new();
         tracing::debug!(pod_sandbox_id = %id, shim = ?client::pid(&shim_dir), state = shim_dir.join("youki").join(id).exists(), "removing");
         if client::pid(&shim_dir).is_none() && shim_dir.join("youki").join(id).exists() {
             // The shim is gone (killed): a fresh one cleans its containers up.
@@ -812,6 +833,7 @@ impl SandboxManager {
             shim_call(&shim_dir, Request::Shutdown(ShutdownRequest {}))?;
             wait_gone(&shim_dir, Duration::from_secs(10));
         }
+        steps.push(("shim", t0.elapsed()));
         let dir = self.sandbox_dir(id);
         let rootfs = dir.join("bundle").join("rootfs");
         for m in crate::sys::mounts_under(&dir) {
@@ -819,10 +841,12 @@ impl SandboxManager {
                 .map_err(|e| SandboxError::io(format!("unmount {}", m.display()))(e.into()))?;
         }
         let _ = rootfs;
+        steps.push(("unmount", t0.elapsed()));
         for p in [&rec.netns, &rec.ipcns, &rec.utsns].into_iter().flatten() {
             netns::remove(p).map_err(SandboxError::io("remove namespace pin"))?;
         }
         let _ = std::fs::remove_dir(self.paths.state.join("ns").join(id));
+        steps.push(("namespaces", t0.elapsed()));
         let _ = std::fs::remove_dir_all(&shim_dir);
         std::fs::remove_dir_all(&dir)
             .or_else(|e| {
@@ -836,7 +860,7 @@ impl SandboxManager {
         let mut inner = self.lock_inner();
         inner.records.remove(id);
         inner.names.remove(&rec.reserved_name());
-        tracing::info!(pod_sandbox_id = %id, "pod sandbox removed");
+        tracing::info!(pod_sandbox_id = %id, ms = t0.elapsed().as_secs_f64() * 1e3, ?steps, "pod sandbox removed");
         Ok(())
     }
 }
