@@ -479,6 +479,17 @@ async fn failures_unwind_everything() {
     );
     assert_eq!(leftovers(&p), Vec::<String>::new());
 
+    // No network config at all: FailedPrecondition, nothing left.
+    std::fs::remove_file(p.h.dir.path().join("net.d/10-test.conflist")).unwrap();
+    let e = run(h, p.config("no-net")).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
+    assert!(
+        e.message().contains("no CNI network config"),
+        "{}",
+        e.message()
+    );
+    assert_eq!(leftovers(&p), Vec::<String>::new());
+
     // The name was released by every failure: a good run now works.
     net_ok(&p).await;
 }

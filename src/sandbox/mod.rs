@@ -55,6 +55,10 @@ impl SandboxError {
             SandboxError::NotFound(_) => Kind::NotFound,
             SandboxError::NameReserved { .. } => Kind::AlreadyExists,
             SandboxError::Image(e) => e.kind(),
+            // No network config yet: the node is not ready for pods.
+            SandboxError::Cni(crate::network::cni::CniError::NoConfig(_)) => {
+                Kind::FailedPrecondition
+            }
             SandboxError::Cni(_) | SandboxError::Io { .. } | SandboxError::Shim(_) => {
                 Kind::Internal
             }
