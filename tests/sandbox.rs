@@ -423,20 +423,7 @@ async fn host_network_pod_and_a_host_port() {
         .arg(&www)
         .spawn()
         .unwrap();
-    let mut body = String::new();
-    for _ in 0..50 {
-        std::thread::sleep(std::time::Duration::from_millis(100));
-        if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
-            use std::io::{Read, Write};
-            s.set_read_timeout(Some(std::time::Duration::from_secs(2)))
-                .unwrap();
-            s.write_all(b"GET /index.html HTTP/1.0\r\n\r\n").unwrap();
-            let _ = s.read_to_string(&mut body);
-            if body.contains("hi") {
-                break;
-            }
-        }
-    }
+    let body = common::http_get_until(port, "/index.html", "hi");
     let _ = httpd.kill();
     let _ = httpd.wait();
     assert!(body.contains("pod says hi"), "{body:?}");

@@ -107,3 +107,25 @@ pub async fn throttle_proxy(
     });
     (port, h)
 }
+
+/// GETs `path` from 127.0.0.1:`port` (HTTP/1.0), retrying for about five
+/// seconds until the answer contains `want`; returns the last answer.
+pub fn http_get_until(port: u16, path: &str, want: &str) -> String {
+    use std::io::{Read, Write};
+    let mut body = String::new();
+    for _ in 0..50 {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        body.clear();
+        if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+            s.set_read_timeout(Some(std::time::Duration::from_secs(2)))
+                .unwrap();
+            s.write_all(format!("GET {path} HTTP/1.0\r\n\r\n").as_bytes())
+                .unwrap();
+            let _ = s.read_to_string(&mut body);
+            if body.contains(want) {
+                break;
+            }
+        }
+    }
+    body
+}
