@@ -188,7 +188,9 @@ pub async fn bench_pull(
             sizes[k] = size;
         }
     }
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Idle means idle: past tokio's 10 s keep-alive of blocking threads
+    // and HTTP connection pools, as a node between pulls would be.
+    tokio::time::sleep(Duration::from_secs(12)).await;
     let bytes = sizes.first().copied().unwrap_or(0);
     Ok(targets
         .iter()
