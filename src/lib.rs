@@ -11,6 +11,7 @@ pub mod config;
 pub mod error;
 pub mod image;
 pub mod logging;
+pub mod logs;
 pub mod network;
 pub mod sandbox;
 pub mod server;
