@@ -8,6 +8,7 @@ pub mod api;
 pub mod bench;
 pub mod cli;
 pub mod config;
+pub mod container;
 pub mod error;
 pub mod image;
 pub mod logging;

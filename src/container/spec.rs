@@ -1,0 +1,528 @@
+//! The OCI runtime spec of an application container, from the CRI
+//! ContainerConfig, the image's config and the pod's sandbox.
+//!
+//! - Command: `command` replaces the image's Entrypoint *and* drops its Cmd;
+//!   `args` replaces Cmd. Env: the image's, then the config's (same key:
+//!   the config wins). Working dir: the config's, else the image's, else `/`.
+//! - The process joins the pod's network, IPC and UTS namespaces, and its
+//!   PID namespace when the pod shares one; it gets its own mount namespace.
+//! - Security: the default capability set with add/drop (`ALL` honoured),
+//!   privileged = every capability, no masked or read-only paths and a
+//!   writable sysfs; no_new_privs; read-only rootfs.
+//! - Resources map to `linux.resources`; `oom_score_adj` is clamped as for
+//!   the sandbox.
+
+use super::user::Identity;
+use super::SpecError;
+use crate::api::cri::{ContainerConfig, MountPropagation, NamespaceMode};
+use crate::sandbox::spec::{clamp_oom_score_adj, DEFAULT_CAPS, MASKED_PATHS, READONLY_PATHS};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+
+/// Every capability the kernel knows (as of Linux 6.x).
+pub const ALL_CAPS: &[&str] = &[
+    "CAP_CHOWN",
+    "CAP_DAC_OVERRIDE",
+    "CAP_DAC_READ_SEARCH",
+    "CAP_FOWNER",
+    "CAP_FSETID",
+    "CAP_KILL",
+    "CAP_SETGID",
+    "CAP_SETUID",
+    "CAP_SETPCAP",
+    "CAP_LINUX_IMMUTABLE",
+    "CAP_NET_BIND_SERVICE",
+    "CAP_NET_BROADCAST",
+    "CAP_NET_ADMIN",
+    "CAP_NET_RAW",
+    "CAP_IPC_LOCK",
+    "CAP_IPC_OWNER",
+    "CAP_SYS_MODULE",
+    "CAP_SYS_RAWIO",
+    "CAP_SYS_CHROOT",
+    "CAP_SYS_PTRACE",
+    "CAP_SYS_PACCT",
+    "CAP_SYS_ADMIN",
+    "CAP_SYS_BOOT",
+    "CAP_SYS_NICE",
+    "CAP_SYS_RESOURCE",
+    "CAP_SYS_TIME",
+    "CAP_SYS_TTY_CONFIG",
+    "CAP_MKNOD",
+    "CAP_LEASE",
+    "CAP_AUDIT_WRITE",
+    "CAP_AUDIT_CONTROL",
+    "CAP_SETFCAP",
+    "CAP_MAC_OVERRIDE",
+    "CAP_MAC_ADMIN",
+    "CAP_SYSLOG",
+    "CAP_WAKE_ALARM",
+    "CAP_BLOCK_SUSPEND",
+    "CAP_AUDIT_READ",
+    "CAP_PERFMON",
+    "CAP_BPF",
+    "CAP_CHECKPOINT_RESTORE",
+];
+
+/// What the pod contributes.
+pub struct PodContext<'a> {
+    pub netns: Option<&'a Path>,
+    pub ipcns: Option<&'a Path>,
+    pub utsns: Option<&'a Path>,
+    /// The pause process, whose PID namespace a POD-mode container joins.
+    pub pause_pid: i32,
+    /// resolv.conf, hostname and hosts of the pod.
+    pub files_dir: &'a Path,
+    /// The pod's /dev/shm (None: the host's).
+    pub shm: Option<&'a Path>,
+    pub cgroup_parent: &'a str,
+}
+
+/// What the image contributes.
+#[derive(Default)]
+pub struct ImageDefaults {
+    pub entrypoint: Vec<String>,
+    pub cmd: Vec<String>,
+    pub env: Vec<String>,
+    pub working_dir: String,
+    /// Container paths of the image's VOLUMEs, with the host dirs backing them.
+    pub volumes: Vec<(String, PathBuf)>,
+}
+
+/// CRI `command`/`args` over the image's Entrypoint/Cmd.
+pub fn process_args(c: &ContainerConfig, img: &ImageDefaults) -> Result<Vec<String>, SpecError> {
+    let args = if !c.command.is_empty() {
+        c.command.iter().chain(&c.args).cloned().collect::<Vec<_>>()
+    } else {
+        let cmd = if c.args.is_empty() { &img.cmd } else { &c.args };
+        img.entrypoint.iter().chain(cmd).cloned().collect()
+    };
+    if args.is_empty() {
+        return Err(SpecError(
+            "no command specified: neither the config nor the image gives one".into(),
+        ));
+    }
+    Ok(args)
+}
+
+/// The image's env then the config's; the config wins per key; PATH ensured.
+pub fn process_env(c: &ContainerConfig, img: &ImageDefaults) -> Vec<String> {
+    let mut env: Vec<(String, String)> = Vec::new();
+    let mut set = |k: &str, v: &str| match env.iter_mut().find(|(x, _)| x == k) {
+        Some(e) => e.1 = v.to_string(),
+        None => env.push((k.to_string(), v.to_string())),
+    };
+    for e in &img.env {
+        let (k, v) = e.split_once('=').unwrap_or((e.as_str(), ""));
+        set(k, v);
+    }
+    for kv in &c.envs {
+        set(&kv.key, &kv.value);
+    }
+    if !env.iter().any(|(k, _)| k == "PATH") {
+        env.push((
+            "PATH".into(),
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into(),
+        ));
+    }
+    env.into_iter().map(|(k, v)| format!("{k}={v}")).collect()
+}
+
+fn norm_cap(c: &str) -> String {
+    let up = c.to_ascii_uppercase();
+    if up.starts_with("CAP_") || up == "ALL" {
+        up
+    } else {
+        format!("CAP_{up}")
+    }
+}
+
+/// Default capabilities with CRI add/drop applied (`ALL` in either list).
+pub fn capabilities(
+    add: &[String],
+    drop: &[String],
+    privileged: bool,
+) -> Result<Vec<String>, SpecError> {
+    if privileged {
+        return Ok(ALL_CAPS.iter().map(|s| s.to_string()).collect());
+    }
+    let add: Vec<String> = add.iter().map(|c| norm_cap(c)).collect();
+    let drop: Vec<String> = drop.iter().map(|c| norm_cap(c)).collect();
+    for c in add.iter().chain(&drop) {
+        if c != "ALL" && !ALL_CAPS.contains(&c.as_str()) {
+            return Err(SpecError(format!("unknown capability {c:?}")));
+        }
+    }
+    let mut caps: Vec<String> = if add.iter().any(|c| c == "ALL") {
+        ALL_CAPS.iter().map(|s| s.to_string()).collect()
+    } else {
+        let mut v: Vec<String> = DEFAULT_CAPS.iter().map(|s| s.to_string()).collect();
+        for c in &add {
+            if !v.contains(c) {
+                v.push(c.clone());
+            }
+        }
+        v
+    };
+    if drop.iter().any(|c| c == "ALL") {
+        // Dropping ALL keeps only what was added explicitly.
+        caps.retain(|c| add.contains(c));
+    } else {
+        caps.retain(|c| !drop.contains(c));
+    }
+    Ok(caps)
+}
+
+fn propagation(p: i32) -> &'static str {
+    match MountPropagation::try_from(p) {
+        Ok(MountPropagation::PropagationHostToContainer) => "rslave",
+        Ok(MountPropagation::PropagationBidirectional) => "rshared",
+        _ => "rprivate",
+    }
+}
+
+/// The mounts: defaults, the pod's files and /dev/shm, image volumes, then
+/// the config's mounts (which win at the same destination).
+pub fn mounts(
+    c: &ContainerConfig,
+    pod: &PodContext<'_>,
+    img: &ImageDefaults,
+    privileged: bool,
+) -> Vec<Value> {
+    let sys_opts = if privileged {
+        json!(["nosuid", "noexec", "nodev"])
+    } else {
+        json!(["nosuid", "noexec", "nodev", "ro"])
+    };
+    let mut m = vec![
+        json!({"destination": "/proc", "type": "proc", "source": "proc", "options": ["nosuid", "noexec", "nodev"]}),
+        json!({"destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]}),
+        json!({"destination": "/dev/pts", "type": "devpts", "source": "devpts", "options": ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"]}),
+        json!({"destination": "/dev/mqueue", "type": "mqueue", "source": "mqueue", "options": ["nosuid", "noexec", "nodev"]}),
+        json!({"destination": "/sys", "type": "sysfs", "source": "sysfs", "options": sys_opts}),
+    ];
+    let user_dests: Vec<&str> = c.mounts.iter().map(|x| x.container_path.as_str()).collect();
+    for f in ["resolv.conf", "hostname", "hosts"] {
+        let dest = format!("/etc/{f}");
+        if !user_dests.contains(&dest.as_str()) {
+            m.push(json!({"destination": dest, "type": "bind", "source": pod.files_dir.join(f), "options": ["rbind", "rprivate", "rw"]}));
+        }
+    }
+    if !user_dests.contains(&"/dev/shm") {
+        let src = pod
+            .shm
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| PathBuf::from("/dev/shm"));
+        m.push(json!({"destination": "/dev/shm", "type": "bind", "source": src, "options": ["rbind", "rprivate", "rw"]}));
+    }
+    for (dest, src) in &img.volumes {
+        if !user_dests.contains(&dest.as_str()) {
+            m.push(json!({"destination": dest, "type": "bind", "source": src, "options": ["rbind", "rprivate", "rw"]}));
+        }
+    }
+    for x in &c.mounts {
+        let mut opts = vec!["rbind".to_string(), propagation(x.propagation).to_string()];
+        opts.push(if x.readonly { "ro" } else { "rw" }.to_string());
+        m.push(json!({"destination": x.container_path, "type": "bind", "source": x.host_path, "options": opts}));
+    }
+    m
+}
+
+/// The whole spec.
+pub fn build(
+    id: &str,
+    c: &ContainerConfig,
+    img: &ImageDefaults,
+    who: &Identity,
+    pod: &PodContext<'_>,
+) -> Result<Value, SpecError> {
+    let sc = c
+        .linux
+        .as_ref()
+        .and_then(|l| l.security_context.clone())
+        .unwrap_or_default();
+    let res = c
+        .linux
+        .as_ref()
+        .and_then(|l| l.resources.clone())
+        .unwrap_or_default();
+    let caps = capabilities(
+        sc.capabilities
+            .as_ref()
+            .map(|x| x.add_capabilities.as_slice())
+            .unwrap_or(&[]),
+        sc.capabilities
+            .as_ref()
+            .map(|x| x.drop_capabilities.as_slice())
+            .unwrap_or(&[]),
+        sc.privileged,
+    )?;
+    let ns = sc.namespace_options.clone().unwrap_or_default();
+    let mut namespaces = vec![json!({"type": "mount"})];
+    for (kind, path) in [
+        ("network", pod.netns),
+        ("ipc", pod.ipcns),
+        ("uts", pod.utsns),
+    ] {
+        if let Some(p) = path {
+            namespaces.push(json!({"type": kind, "path": p}));
+        }
+    }
+    match NamespaceMode::try_from(ns.pid) {
+        Ok(NamespaceMode::Pod) => namespaces
+            .push(json!({"type": "pid", "path": format!("/proc/{}/ns/pid", pod.pause_pid)})),
+        Ok(NamespaceMode::Node) => {}
+        Ok(NamespaceMode::Target) => {
+            return Err(SpecError(
+                "namespace_options.pid TARGET is not supported yet".into(),
+            ))
+        }
+        _ => namespaces.push(json!({"type": "pid"})),
+    }
+    let masked: Vec<String> = if sc.privileged {
+        Vec::new()
+    } else if sc.masked_paths.is_empty() {
+        MASKED_PATHS.iter().map(|s| s.to_string()).collect()
+    } else {
+        sc.masked_paths.clone()
+    };
+    let readonly: Vec<String> = if sc.privileged {
+        Vec::new()
+    } else if sc.readonly_paths.is_empty() {
+        READONLY_PATHS.iter().map(|s| s.to_string()).collect()
+    } else {
+        sc.readonly_paths.clone()
+    };
+    let mut resources = json!({"devices": [{"allow": sc.privileged, "access": "rwm"}]});
+    let mut cpu = serde_json::Map::new();
+    if res.cpu_period > 0 {
+        cpu.insert("period".into(), json!(res.cpu_period));
+    }
+    if res.cpu_quota > 0 {
+        cpu.insert("quota".into(), json!(res.cpu_quota));
+    }
+    if res.cpu_shares > 0 {
+        cpu.insert("shares".into(), json!(res.cpu_shares));
+    }
+    if !res.cpuset_cpus.is_empty() {
+        cpu.insert("cpus".into(), json!(res.cpuset_cpus));
+    }
+    if !res.cpuset_mems.is_empty() {
+        cpu.insert("mems".into(), json!(res.cpuset_mems));
+    }
+    if !cpu.is_empty() {
+        resources["cpu"] = Value::Object(cpu);
+    }
+    if res.memory_limit_in_bytes > 0 {
+        resources["memory"] = json!({"limit": res.memory_limit_in_bytes});
+        if res.memory_swap_limit_in_bytes > 0 {
+            resources["memory"]["swap"] = json!(res.memory_swap_limit_in_bytes);
+        }
+    }
+    if !res.hugepage_limits.is_empty() {
+        resources["hugepageLimits"] = json!(res
+            .hugepage_limits
+            .iter()
+            .map(|h| json!({"pageSize": h.page_size, "limit": h.limit}))
+            .collect::<Vec<_>>());
+    }
+    if !res.unified.is_empty() {
+        resources["unified"] = json!(res.unified);
+    }
+    let cwd = if !c.working_dir.is_empty() {
+        c.working_dir.clone()
+    } else if !img.working_dir.is_empty() {
+        img.working_dir.clone()
+    } else {
+        "/".into()
+    };
+    if !cwd.starts_with('/') {
+        return Err(SpecError(format!("working_dir {cwd:?} must be absolute")));
+    }
+    let oom = clamp_oom_score_adj(res.oom_score_adj as i32);
+    Ok(json!({
+        "ociVersion": "1.0.2",
+        "process": {
+            "terminal": c.tty,
+            "user": {"uid": who.uid, "gid": who.gid, "additionalGids": who.additional_gids},
+            "args": process_args(c, img)?,
+            "env": process_env(c, img),
+            "cwd": cwd,
+            "capabilities": {"bounding": caps, "effective": caps, "permitted": caps},
+            "noNewPrivileges": sc.no_new_privs,
+            "oomScoreAdj": oom,
+        },
+        "root": {"path": "rootfs", "readonly": sc.readonly_rootfs},
+        "mounts": mounts(c, pod, img, sc.privileged),
+        "annotations": c.annotations,
+        "linux": {
+            "cgroupsPath": format!("{}/{id}", pod.cgroup_parent.trim_end_matches('/')),
+            "namespaces": namespaces,
+            "maskedPaths": masked,
+            "readonlyPaths": readonly,
+            "resources": resources,
+        },
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::cri::*;
+
+    fn img() -> ImageDefaults {
+        ImageDefaults {
+            entrypoint: vec!["/entry".into()],
+            cmd: vec!["default-arg".into()],
+            env: vec!["PATH=/bin".into(), "A=image".into()],
+            working_dir: "/work".into(),
+            volumes: vec![("/data".into(), "/var/lib/husk/v/data".into())],
+        }
+    }
+
+    #[test]
+    fn command_and_args_semantics() {
+        let mut c = ContainerConfig::default();
+        assert_eq!(
+            process_args(&c, &img()).expect("image"),
+            vec!["/entry", "default-arg"]
+        );
+        c.args = vec!["x".into()];
+        assert_eq!(process_args(&c, &img()).expect("args"), vec!["/entry", "x"]);
+        c.command = vec!["/bin/sh".into(), "-c".into()];
+        assert_eq!(
+            process_args(&c, &img()).expect("command"),
+            vec!["/bin/sh", "-c", "x"]
+        );
+        c.args.clear();
+        assert_eq!(
+            process_args(&c, &img()).expect("command drops Cmd"),
+            vec!["/bin/sh", "-c"]
+        );
+        assert!(process_args(&ContainerConfig::default(), &ImageDefaults::default()).is_err());
+    }
+
+    #[test]
+    fn env_config_wins() {
+        let c = ContainerConfig {
+            envs: vec![
+                KeyValue {
+                    key: "A".into(),
+                    value: "config".into(),
+                },
+                KeyValue {
+                    key: "B".into(),
+                    value: "b".into(),
+                },
+            ],
+            ..Default::default()
+        };
+        assert_eq!(
+            process_env(&c, &img()),
+            vec!["PATH=/bin", "A=config", "B=b"]
+        );
+        assert!(
+            process_env(&ContainerConfig::default(), &ImageDefaults::default())[0]
+                .starts_with("PATH=")
+        );
+    }
+
+    #[test]
+    fn capability_add_drop_all_privileged() {
+        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        let caps = capabilities(&s(&["NET_ADMIN"]), &s(&["CAP_CHOWN"]), false).expect("caps");
+        assert!(
+            caps.contains(&"CAP_NET_ADMIN".to_string()) && !caps.contains(&"CAP_CHOWN".to_string())
+        );
+        assert_eq!(
+            capabilities(&s(&["NET_BIND_SERVICE"]), &s(&["ALL"]), false).expect("drop all"),
+            vec!["CAP_NET_BIND_SERVICE"]
+        );
+        assert_eq!(
+            capabilities(&s(&["ALL"]), &[], false)
+                .expect("add all")
+                .len(),
+            ALL_CAPS.len()
+        );
+        assert_eq!(
+            capabilities(&[], &[], true).expect("privileged").len(),
+            ALL_CAPS.len()
+        );
+        assert!(capabilities(&s(&["NOPE"]), &[], false).is_err());
+    }
+
+    #[test]
+    fn spec_joins_the_pod_and_maps_resources() {
+        let files = Path::new("/var/lib/husk/sandboxes/p");
+        let pod = PodContext {
+            netns: Some(Path::new("/run/husk/ns/p/net")),
+            ipcns: Some(Path::new("/run/husk/ns/p/ipc")),
+            utsns: Some(Path::new("/run/husk/ns/p/uts")),
+            pause_pid: 4242,
+            files_dir: files,
+            shm: Some(Path::new("/var/lib/husk/sandboxes/p/shm")),
+            cgroup_parent: "/kubepods/podx",
+        };
+        let c = ContainerConfig {
+            command: vec!["/bin/true".into()],
+            mounts: vec![Mount {
+                container_path: "/host".into(),
+                host_path: "/srv".into(),
+                readonly: true,
+                propagation: MountPropagation::PropagationHostToContainer as i32,
+                ..Default::default()
+            }],
+            linux: Some(LinuxContainerConfig {
+                resources: Some(LinuxContainerResources {
+                    cpu_period: 100_000,
+                    cpu_quota: 50_000,
+                    cpu_shares: 512,
+                    memory_limit_in_bytes: 64 << 20,
+                    ..Default::default()
+                }),
+                security_context: Some(LinuxContainerSecurityContext {
+                    namespace_options: Some(NamespaceOption {
+                        pid: NamespaceMode::Pod as i32,
+                        ..Default::default()
+                    }),
+                    readonly_rootfs: true,
+                    no_new_privs: true,
+                    ..Default::default()
+                }),
+            }),
+            ..Default::default()
+        };
+        let who = Identity {
+            uid: 1000,
+            gid: 1000,
+            additional_gids: vec![10],
+        };
+        let v = build("c1", &c, &img(), &who, &pod).expect("spec");
+        let ns = v["linux"]["namespaces"].as_array().expect("ns");
+        assert!(ns
+            .iter()
+            .any(|n| n["type"] == "pid" && n["path"] == "/proc/4242/ns/pid"));
+        assert!(ns
+            .iter()
+            .any(|n| n["type"] == "network" && n["path"] == "/run/husk/ns/p/net"));
+        assert_eq!(v["linux"]["cgroupsPath"], "/kubepods/podx/c1");
+        assert_eq!(v["linux"]["resources"]["cpu"]["quota"], 50_000);
+        assert_eq!(v["linux"]["resources"]["memory"]["limit"], 64 << 20);
+        assert_eq!(v["process"]["user"]["additionalGids"][0], 10);
+        assert_eq!(v["process"]["cwd"], "/work");
+        assert_eq!(v["root"]["readonly"], true);
+        let mounts = v["mounts"].as_array().expect("mounts");
+        let host = mounts
+            .iter()
+            .find(|m| m["destination"] == "/host")
+            .expect("user mount");
+        assert_eq!(host["options"], json!(["rbind", "rslave", "ro"]));
+        assert!(mounts.iter().any(|m| m["destination"] == "/etc/resolv.conf"
+            && m["source"] == files.join("resolv.conf").display().to_string()));
+        assert!(mounts.iter().any(|m| m["destination"] == "/data"));
+        assert!(!v["linux"]["maskedPaths"]
+            .as_array()
+            .expect("masked")
+            .is_empty());
+    }
+}
