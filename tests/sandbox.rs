@@ -6,180 +6,12 @@
 
 mod common;
 
-use common::cni::{iptables_mentions, TestNetwork};
-use common::images::*;
-use common::registry::Registry;
+use common::cni::iptables_mentions;
+use common::pod::*;
 use common::server::Husk;
 use husk::api::cri::*;
 use std::path::Path;
 use std::process::Command;
-
-struct Pod {
-    cgroup_parent: String,
-    reg: Registry,
-    net: TestNetwork,
-    h: Husk,
-    _ipam: tempfile::TempDir,
-}
-
-fn pause_image() -> common::images::Image {
-    common::images::Image::with_config(
-        vec![Layer::new(&busybox_entries(), Compression::Gzip)],
-        "amd64",
-        serde_json::json!({"Entrypoint": ["/bin/sleep", "2147483647"], "User": "65534:65534"}),
-    )
-}
-
-async fn setup(extra: Vec<serde_json::Value>) -> Pod {
-    let reg = Registry::start();
-    Pusher::new(&reg)
-        .image("k8s/pause", "test", &pause_image(), Format::Oci)
-        .await;
-    let ipam = tempfile::tempdir().unwrap();
-    let net = TestNetwork::new(ipam.path());
-    let h = Husk::start_with(vec![
-        "--sandbox-image".into(),
-        format!("{}/k8s/pause:test", reg.host()),
-        "--cni-bin-dir".into(),
-        "/usr/lib/cni".into(),
-    ])
-    .await;
-    net.write(&h.dir.path().join("net.d"), extra);
-    Pod {
-        cgroup_parent: format!("husk-test-{:08x}", rand::random::<u32>()),
-        reg,
-        net,
-        h,
-        _ipam: ipam,
-    }
-}
-
-impl Drop for Pod {
-    fn drop(&mut self) {
-        for h in cgroup_hierarchies() {
-            let _ = std::fs::remove_dir(h.join(&self.cgroup_parent));
-        }
-    }
-}
-
-/// Every cgroup hierarchy mounted under /sys/fs/cgroup.
-fn cgroup_hierarchies() -> Vec<std::path::PathBuf> {
-    std::fs::read_dir("/sys/fs/cgroup")
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.is_dir() && !p.is_symlink())
-        .collect()
-}
-
-impl Pod {
-    fn config(&self, name: &str) -> PodSandboxConfig {
-        let mut c = config(name);
-        c.linux.as_mut().unwrap().cgroup_parent = format!("/{}", self.cgroup_parent);
-        c
-    }
-}
-
-fn config(name: &str) -> PodSandboxConfig {
-    PodSandboxConfig {
-        metadata: Some(PodSandboxMetadata {
-            name: name.into(),
-            uid: format!("uid-{name}"),
-            namespace: "default".into(),
-            attempt: 0,
-        }),
-        hostname: name.into(),
-        log_directory: format!("/tmp/husk-test-logs/{name}"),
-        dns_config: Some(DnsConfig {
-            servers: vec!["10.96.0.10".into()],
-            searches: vec!["default.svc.cluster.local".into()],
-            options: vec!["ndots:5".into()],
-        }),
-        labels: [("app".to_string(), name.to_string())].into(),
-        linux: Some(LinuxPodSandboxConfig {
-            cgroup_parent: "/husk-test".into(),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
-async fn run(h: &Husk, c: PodSandboxConfig) -> Result<String, tonic::Status> {
-    h.runtime()
-        .await
-        .run_pod_sandbox(RunPodSandboxRequest {
-            config: Some(c),
-            runtime_handler: String::new(),
-        })
-        .await
-        .map(|r| r.into_inner().pod_sandbox_id)
-}
-
-async fn status(h: &Husk, id: &str) -> Result<PodSandboxStatusResponse, tonic::Status> {
-    h.runtime()
-        .await
-        .pod_sandbox_status(PodSandboxStatusRequest {
-            pod_sandbox_id: id.into(),
-            verbose: true,
-        })
-        .await
-        .map(|r| r.into_inner())
-}
-
-fn pause_pid(st: &PodSandboxStatusResponse) -> i32 {
-    let info: serde_json::Value = serde_json::from_str(&st.info["info"]).unwrap();
-    info["pid"].as_i64().unwrap() as i32
-}
-
-fn shims_for(dir: &Path) -> usize {
-    let out = Command::new("pgrep")
-        .args(["-f", &format!("husk shim --dir {}", dir.display())])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout).lines().count()
-}
-
-/// Everything a sandbox could leave behind, counted.
-fn leftovers(p: &Pod) -> Vec<String> {
-    let mut v = Vec::new();
-    if p.net.veths() > 0 {
-        v.push(format!("{} veths", p.net.veths()));
-    }
-    if p.net.leases() > 0 {
-        v.push(format!("{} leases", p.net.leases()));
-    }
-    let mounts = common::mounts_under(p.h.dir.path());
-    if !mounts.is_empty() {
-        v.push(format!("mounts {mounts:?}"));
-    }
-    if shims_for(p.h.dir.path()) > 0 {
-        v.push("shim processes".into());
-    }
-    for sub in ["root/sandboxes", "run/s", "run/ns"] {
-        let n = std::fs::read_dir(p.h.dir.path().join(sub))
-            .map(|r| r.count())
-            .unwrap_or(0);
-        if n > 0 {
-            v.push(format!("{n} entries in {sub}"));
-        }
-    }
-    if common::count_files(&p.h.root().join("cni-cache")) > 0 {
-        v.push("CNI cache files".into());
-    }
-    for h in cgroup_hierarchies() {
-        let d = h.join(&p.cgroup_parent);
-        if let Ok(rd) = std::fs::read_dir(&d) {
-            let n = rd
-                .flatten()
-                .filter(|e| e.file_type().map(|t| t.is_dir()).unwrap_or(false))
-                .count();
-            if n > 0 {
-                v.push(format!("{n} cgroups in {}", d.display()));
-            }
-        }
-    }
-    v
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn two_pods_network_files_lifecycle_and_cleanup() {
@@ -516,12 +348,6 @@ async fn missing_sandbox_image_fails_cleanly() {
             "{sub}"
         );
     }
-}
-
-fn alive(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| !s.contains(") Z"))
-        .unwrap_or(false)
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -210,11 +210,11 @@ impl SandboxManager {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn sandbox_dir(&self, id: &str) -> PathBuf {
+    pub fn sandbox_dir(&self, id: &str) -> PathBuf {
         self.paths.root.join("sandboxes").join(id)
     }
 
-    fn shim_dir(&self, id: &str) -> PathBuf {
+    pub fn shim_dir(&self, id: &str) -> PathBuf {
         self.paths.state.join("s").join(id)
     }
 
@@ -591,6 +591,7 @@ impl SandboxManager {
                 bundle: bundle.display().to_string(),
                 stdout_path: String::new(),
                 stderr_path: String::new(),
+                ..Default::default()
             }),
         )?;
         let started = shim_call(
@@ -699,7 +700,7 @@ impl SandboxManager {
         att
     }
 
-    fn saved_config(&self, id: &str) -> PodSandboxConfig {
+    pub fn saved_config(&self, id: &str) -> PodSandboxConfig {
         std::fs::read(self.sandbox_dir(id).join("config.pb"))
             .ok()
             .and_then(|b| PodSandboxConfig::decode(b.as_slice()).ok())

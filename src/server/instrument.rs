@@ -18,6 +18,7 @@ pub struct State {
     pub cfg: Config,
     images: OnceLock<Arc<ImageManager>>,
     sandboxes: OnceLock<Arc<crate::sandbox::SandboxManager>>,
+    containers: OnceLock<Arc<crate::container::manager::ContainerManager>>,
 }
 
 impl State {
@@ -26,6 +27,7 @@ impl State {
             cfg,
             images: OnceLock::new(),
             sandboxes: OnceLock::new(),
+            containers: OnceLock::new(),
         }
     }
 
@@ -36,6 +38,18 @@ impl State {
     /// The image store, or Unavailable while recovering.
     pub fn images(&self) -> Result<Arc<ImageManager>, Status> {
         self.images
+            .get()
+            .cloned()
+            .ok_or_else(|| Error::Recovering.into())
+    }
+
+    pub fn set_containers(&self, m: Arc<crate::container::manager::ContainerManager>) {
+        let _ = self.containers.set(m);
+    }
+
+    /// The container manager, or Unavailable while recovering.
+    pub fn containers(&self) -> Result<Arc<crate::container::manager::ContainerManager>, Status> {
+        self.containers
             .get()
             .cloned()
             .ok_or_else(|| Error::Recovering.into())

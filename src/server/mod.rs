@@ -97,13 +97,22 @@ pub async fn serve(cfg: Config) -> anyhow::Result<()> {
         sandbox_image: cfg.sandbox_image.clone(),
         exe: std::env::current_exe().context("locate the husk binary")?,
     };
+    let root = cfg.root.clone();
     let (failed_tx, failed_rx) = tokio::sync::oneshot::channel::<anyhow::Error>();
     tokio::spawn(async move {
         let r = tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
             let images = Arc::new(ImageManager::open(store_cfg).context("open image store")?);
             let sandboxes = crate::sandbox::SandboxManager::open(sandbox_paths, images.clone())
                 .context("recover pod sandboxes")?;
-            recover.set_sandboxes(Arc::new(sandboxes));
+            let sandboxes = Arc::new(sandboxes);
+            let containers = crate::container::manager::ContainerManager::open(
+                &root,
+                images.clone(),
+                sandboxes.clone(),
+            )
+            .context("recover containers")?;
+            recover.set_containers(Arc::new(containers));
+            recover.set_sandboxes(sandboxes);
             recover.set_images(images);
             Ok(())
         })

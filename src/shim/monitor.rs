@@ -4,7 +4,10 @@
 
 use super::wire::{read_msg, write_msg};
 use super::ExitRecord;
-use crate::api::shim::{shim_request::Request, ContainerState, ShimRequest, ShimResponse};
+use crate::api::shim::{
+    shim_request::Request, ContainerState, CreateRequest, ShimRequest, ShimResponse,
+};
+use crate::logs::{CriLogWriter, Stream, DEFAULT_MAX_LINE};
 use libcontainer::container::builder::ContainerBuilder;
 use libcontainer::container::Container;
 use libcontainer::syscall::syscall::SyscallType;
@@ -80,6 +83,10 @@ struct Shim {
     youki: PathBuf,
     containers: HashMap<String, Entry>,
     shutdown: bool,
+    /// CRI log writers by container.
+    logs: HashMap<String, CriLogWriter>,
+    /// Read ends of containers' stdout/stderr pipes.
+    pipes: Vec<(OwnedFd, String, Stream)>,
 }
 
 fn now_ns() -> i64 {
@@ -137,9 +144,17 @@ impl Shim {
 
     fn handle(&mut self, req: ShimRequest) -> ShimResponse {
         match req.request {
-            Some(Request::Create(c)) => {
-                self.create(&c.id, Path::new(&c.bundle), &c.stdout_path, &c.stderr_path)
-            }
+            Some(Request::Create(c)) => self.create(&c),
+            Some(Request::ReopenLog(r)) => match self.logs.get_mut(&r.id) {
+                Some(w) => match w.reopen() {
+                    Ok(()) => self.ok(&r.id),
+                    Err(e) => reply_err(INTERNAL, format!("reopen log of {}: {e}", r.id)),
+                },
+                None => reply_err(
+                    NOT_FOUND,
+                    format!("container {} has no log in this shim", r.id),
+                ),
+            },
             Some(Request::Start(s)) => self.start(&s.id),
             Some(Request::Kill(k)) => self.kill(&k.id, k.signal, k.all),
             Some(Request::Delete(d)) => self.delete(&d.id, d.force),
@@ -163,14 +178,46 @@ impl Shim {
         }
     }
 
-    fn create(&mut self, id: &str, bundle: &Path, stdout: &str, stderr: &str) -> ShimResponse {
+    fn create(&mut self, req: &CreateRequest) -> ShimResponse {
+        let id = req.id.as_str();
+        let bundle = Path::new(&req.bundle);
+        let (stdout, stderr) = (req.stdout_path.as_str(), req.stderr_path.as_str());
         if self.containers.contains_key(id) {
             return reply_err(INVALID, format!("container {id} already exists"));
         }
+        let mut readers: Vec<(OwnedFd, Stream)> = Vec::new();
         let built = (|| -> Result<i32, String> {
             let stdin = File::open("/dev/null").map_err(|e| e.to_string())?;
-            let out = open_out(stdout).map_err(|e| format!("open {stdout}: {e}"))?;
-            let err = open_out(stderr).map_err(|e| format!("open {stderr}: {e}"))?;
+            let (out, err): (OwnedFd, OwnedFd) = if req.log_path.is_empty() {
+                (
+                    open_out(stdout)
+                        .map_err(|e| format!("open {stdout}: {e}"))?
+                        .into(),
+                    open_out(stderr)
+                        .map_err(|e| format!("open {stderr}: {e}"))?
+                        .into(),
+                )
+            } else {
+                let max = if req.max_log_line == 0 {
+                    DEFAULT_MAX_LINE
+                } else {
+                    req.max_log_line as usize
+                };
+                let w = CriLogWriter::open(Path::new(&req.log_path), max)
+                    .map_err(|e| format!("open log {}: {e}", req.log_path))?;
+                self.logs.insert(id.to_string(), w);
+                let mut ends = Vec::new();
+                for stream in [Stream::Stdout, Stream::Stderr] {
+                    let (r, w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+                        .map_err(|e| format!("pipe: {e}"))?;
+                    rustix::io::ioctl_fionbio(&r, true).map_err(|e| format!("pipe: {e}"))?;
+                    readers.push((r, stream));
+                    ends.push(w);
+                }
+                let err = ends.pop().ok_or("pipe")?;
+                let out = ends.pop().ok_or("pipe")?;
+                (out, err)
+            };
             let c = ContainerBuilder::new(id.to_string(), SyscallType::default())
                 .validate_id()
                 .map_err(|e| e.to_string())?
@@ -178,8 +225,8 @@ impl Shim {
                 .map_err(|e| e.to_string())?
                 .with_executor(ResetSignals)
                 .with_stdin(OwnedFd::from(stdin))
-                .with_stdout(OwnedFd::from(out))
-                .with_stderr(OwnedFd::from(err))
+                .with_stdout(out)
+                .with_stderr(err)
                 .as_init(bundle)
                 .with_systemd(false)
                 .with_detach(true)
@@ -191,6 +238,9 @@ impl Shim {
         })();
         match built {
             Ok(pid) => {
+                for (fd, stream) in readers {
+                    self.pipes.push((fd, id.to_string(), stream));
+                }
                 self.containers.insert(
                     id.to_string(),
                     Entry {
@@ -207,6 +257,7 @@ impl Shim {
                     let _ = c.delete(true);
                 }
                 let _ = std::fs::remove_dir_all(self.youki.join(id));
+                self.logs.remove(id);
                 self.reap();
                 reply_err(INTERNAL, e)
             }
@@ -306,8 +357,47 @@ impl Shim {
         }
         self.reap();
         let _ = std::fs::remove_dir_all(self.youki.join(id));
+        self.drain_logs(Some(id));
+        self.pipes.retain(|(_, c, _)| c != id);
+        self.logs.remove(id);
         self.containers.remove(id);
         self.ok(id)
+    }
+
+    /// Copies whatever the containers' pipes hold into their logs; at EOF
+    /// the stream's last line is written and the pipe dropped. `only`
+    /// limits it to one container.
+    fn drain_logs(&mut self, only: Option<&str>) {
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut closed = Vec::new();
+        for (i, (fd, id, stream)) in self.pipes.iter().enumerate() {
+            if only.is_some_and(|o| o != id) {
+                continue;
+            }
+            loop {
+                match rustix::io::read(fd, &mut buf) {
+                    Ok(0) => {
+                        if let Some(w) = self.logs.get_mut(id) {
+                            let _ = w.close_stream(*stream);
+                        }
+                        closed.push(i);
+                        break;
+                    }
+                    Ok(n) => {
+                        if let Some(w) = self.logs.get_mut(id) {
+                            if let Err(e) = w.write(*stream, &buf[..n]) {
+                                eprintln!("husk shim: log of {id}: {e}");
+                            }
+                        }
+                    }
+                    Err(rustix::io::Errno::INTR) => continue,
+                    Err(_) => break,
+                }
+            }
+        }
+        for i in closed.into_iter().rev() {
+            self.pipes.remove(i);
+        }
     }
 
     /// Reaps every exited child; records exits of container inits.
@@ -429,16 +519,27 @@ pub fn run(dir: &Path) -> io::Result<()> {
         youki: dir.join("youki"),
         containers: HashMap::new(),
         shutdown: false,
+        logs: HashMap::new(),
+        pipes: Vec::new(),
     };
     listener.set_nonblocking(true)?;
     while !shim.shutdown {
-        let mut fds = [
-            rustix::event::PollFd::new(&listener, rustix::event::PollFlags::IN),
-            rustix::event::PollFd::new(&wake_r, rustix::event::PollFlags::IN),
-        ];
-        match rustix::event::poll(&mut fds, None) {
-            Ok(_) | Err(rustix::io::Errno::INTR) => {}
-            Err(e) => return Err(e.into()),
+        let pipes_ready = {
+            let mut fds = vec![
+                rustix::event::PollFd::new(&listener, rustix::event::PollFlags::IN),
+                rustix::event::PollFd::new(&wake_r, rustix::event::PollFlags::IN),
+            ];
+            for (fd, _, _) in &shim.pipes {
+                fds.push(rustix::event::PollFd::new(fd, rustix::event::PollFlags::IN));
+            }
+            match rustix::event::poll(&mut fds, None) {
+                Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                Err(e) => return Err(e.into()),
+            }
+            fds[2..].iter().any(|f| !f.revents().is_empty())
+        };
+        if pipes_ready {
+            shim.drain_logs(None);
         }
         let mut buf = [0u8; 64];
         while rustix::io::read(wake_r.as_fd(), &mut buf)

@@ -1,6 +1,13 @@
 //! The CRI RuntimeService. One file per implemented RPC; RPCs of parts not
 //! built yet answer Unimplemented with a message naming what is missing.
 
+mod container_create;
+mod container_list;
+mod container_remove;
+mod container_reopen_log;
+mod container_start;
+mod container_status;
+mod container_stop;
 mod runtime_config;
 mod sandbox_list;
 mod sandbox_remove;
@@ -115,36 +122,66 @@ impl RuntimeService for Runtime {
     }
     async fn create_container(
         &self,
-        _: Request<CreateContainerRequest>,
+        r: Request<CreateContainerRequest>,
     ) -> Res<CreateContainerResponse> {
-        Err(not_yet("CreateContainer", CONTAINERS))
+        observe(
+            "CreateContainer",
+            Op::Mutate,
+            container_create::handle(&self.state, r.into_inner()),
+        )
+        .await
     }
     async fn start_container(
         &self,
-        _: Request<StartContainerRequest>,
+        r: Request<StartContainerRequest>,
     ) -> Res<StartContainerResponse> {
-        Err(not_yet("StartContainer", CONTAINERS))
+        observe(
+            "StartContainer",
+            Op::Mutate,
+            container_start::handle(&self.state, r.into_inner()),
+        )
+        .await
     }
-    async fn stop_container(&self, _: Request<StopContainerRequest>) -> Res<StopContainerResponse> {
-        Err(not_yet("StopContainer", CONTAINERS))
+    async fn stop_container(&self, r: Request<StopContainerRequest>) -> Res<StopContainerResponse> {
+        observe(
+            "StopContainer",
+            Op::Mutate,
+            container_stop::handle(&self.state, r.into_inner()),
+        )
+        .await
     }
     async fn remove_container(
         &self,
-        _: Request<RemoveContainerRequest>,
+        r: Request<RemoveContainerRequest>,
     ) -> Res<RemoveContainerResponse> {
-        Err(not_yet("RemoveContainer", CONTAINERS))
+        observe(
+            "RemoveContainer",
+            Op::Mutate,
+            container_remove::handle(&self.state, r.into_inner()),
+        )
+        .await
     }
     async fn list_containers(
         &self,
-        _: Request<ListContainersRequest>,
+        r: Request<ListContainersRequest>,
     ) -> Res<ListContainersResponse> {
-        Err(not_yet("ListContainers", CONTAINERS))
+        observe(
+            "ListContainers",
+            Op::Read,
+            container_list::handle(&self.state, r.into_inner()),
+        )
+        .await
     }
     async fn container_status(
         &self,
-        _: Request<ContainerStatusRequest>,
+        r: Request<ContainerStatusRequest>,
     ) -> Res<ContainerStatusResponse> {
-        Err(not_yet("ContainerStatus", CONTAINERS))
+        observe(
+            "ContainerStatus",
+            Op::Read,
+            container_status::handle(&self.state, r.into_inner()),
+        )
+        .await
     }
     async fn update_container_resources(
         &self,
@@ -154,9 +191,14 @@ impl RuntimeService for Runtime {
     }
     async fn reopen_container_log(
         &self,
-        _: Request<ReopenContainerLogRequest>,
+        r: Request<ReopenContainerLogRequest>,
     ) -> Res<ReopenContainerLogResponse> {
-        Err(not_yet("ReopenContainerLog", CONTAINERS))
+        observe(
+            "ReopenContainerLog",
+            Op::Mutate,
+            container_reopen_log::handle(&self.state, r.into_inner()),
+        )
+        .await
     }
     async fn exec_sync(&self, _: Request<ExecSyncRequest>) -> Res<ExecSyncResponse> {
         Err(not_yet("ExecSync", CONTAINERS))

@@ -12,6 +12,12 @@ pub async fn handle(
     if req.pod_sandbox_id.is_empty() {
         return Err(Status::invalid_argument("pod_sandbox_id is required"));
     }
+    if let Some(id) = sandboxes.resolve(&req.pod_sandbox_id) {
+        let containers = state.containers()?;
+        for c in containers.of_sandbox(&id) {
+            containers.remove(&c).await?;
+        }
+    }
     sandboxes.remove(&req.pod_sandbox_id).await?;
     Ok(RemovePodSandboxResponse {})
 }

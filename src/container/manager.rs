@@ -1,0 +1,669 @@
+//! `ContainerManager`: CreateContainer, Start, Stop, Remove, Status, List,
+//! ReopenContainerLog, through the pod's shim.
+//!
+//! On disk, per container `<id>`: `<root>/containers/<id>/container.json`
+//! (the record, versioned, atomic), `config.pb` (the CRI config),
+//! `config.json` + `rootfs/` (an overlay of the image's snapshots with this
+//! container's `upper/` and `work/`), `volumes/` for image VOLUMEs. The
+//! container runs in its pod's shim; its exit is recorded by the shim in
+//! `<state>/s/<pod>/exits/<id>.json`.
+
+use super::spec::{self, ImageDefaults, PodContext};
+use super::{user, SpecError};
+use crate::api::cri::{ContainerConfig, NamespaceMode};
+use crate::api::shim::{
+    shim_request::Request, CreateRequest, DeleteRequest, KillRequest, ReopenLogRequest,
+    ShimRequest, StartRequest, StateRequest,
+};
+use crate::image::manager::{now_ns, KeyedLocks};
+use crate::image::ImageManager;
+use crate::sandbox::manager::SandboxState;
+use crate::sandbox::{SandboxError, SandboxManager};
+use crate::shim::client;
+use crate::store::atomic;
+use prost::Message;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const RECORD_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "lowercase")]
+pub enum ContainerState {
+    Created,
+    Running,
+    Exited,
+    Unknown,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ContainerRecord {
+    pub version: u32,
+    pub id: String,
+    pub sandbox_id: String,
+    pub name: String,
+    pub attempt: u32,
+    pub image: String,
+    pub image_ref: String,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+    pub log_path: String,
+    pub created_at: i64,
+    pub started_at: i64,
+    pub finished_at: i64,
+    pub exit_code: i32,
+    pub state: ContainerState,
+    pub reason: String,
+    pub message: String,
+    pub cgroups_path: String,
+    pub stop_signal: i32,
+}
+
+impl ContainerRecord {
+    fn reserved_name(&self, pod: &str) -> String {
+        format!("{}_{}_{}", self.name, pod, self.attempt)
+    }
+}
+
+pub struct ContainerManager {
+    root: PathBuf,
+    images: Arc<ImageManager>,
+    sandboxes: Arc<SandboxManager>,
+    inner: Mutex<(HashMap<String, ContainerRecord>, HashMap<String, String>)>,
+    locks: KeyedLocks,
+}
+
+fn err(e: impl std::fmt::Display) -> SandboxError {
+    SandboxError::Shim(e.to_string())
+}
+
+fn shim_call(dir: &Path, request: Request) -> Result<crate::api::shim::ShimResponse, SandboxError> {
+    let resp = client::call(
+        dir,
+        &ShimRequest {
+            request: Some(request),
+        },
+        Duration::from_secs(60),
+    )
+    .map_err(|e| SandboxError::Shim(format!("{}: {e}", dir.display())))?;
+    if resp.error.is_empty() {
+        Ok(resp)
+    } else {
+        Err(SandboxError::Shim(resp.error))
+    }
+}
+
+/// A signal name or number from an image's StopSignal.
+pub fn parse_signal(s: &str) -> Option<i32> {
+    if let Ok(n) = s.parse::<i32>() {
+        return Some(n);
+    }
+    let name = s.trim_start_matches("SIG");
+    Some(match name {
+        "HUP" => libc::SIGHUP,
+        "INT" => libc::SIGINT,
+        "QUIT" => libc::SIGQUIT,
+        "KILL" => libc::SIGKILL,
+        "USR1" => libc::SIGUSR1,
+        "USR2" => libc::SIGUSR2,
+        "TERM" => libc::SIGTERM,
+        "WINCH" => libc::SIGWINCH,
+        "STOP" => libc::SIGSTOP,
+        "PWR" => libc::SIGPWR,
+        _ => return None,
+    })
+}
+
+/// Reads a file of the image through its rootfs, confined to it.
+fn read_in_root(root: &Path, rel: &str) -> Option<String> {
+    use rustix::fs::{Mode, OFlags, ResolveFlags};
+    let dir = rustix::fs::open(
+        root,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .ok()?;
+    let fd = rustix::fs::openat2(
+        &dir,
+        rel,
+        OFlags::RDONLY | OFlags::CLOEXEC,
+        Mode::empty(),
+        ResolveFlags::IN_ROOT,
+    )
+    .ok()?;
+    let mut s = String::new();
+    std::io::Read::read_to_string(&mut std::fs::File::from(fd), &mut s).ok()?;
+    Some(s)
+}
+
+impl ContainerManager {
+    pub fn open(
+        root: &Path,
+        images: Arc<ImageManager>,
+        sandboxes: Arc<SandboxManager>,
+    ) -> Result<ContainerManager, SandboxError> {
+        let dir = root.join("containers");
+        std::fs::create_dir_all(&dir).map_err(SandboxError::io("create containers dir"))?;
+        let mut recs = HashMap::new();
+        let mut names = HashMap::new();
+        for ent in std::fs::read_dir(&dir)
+            .map_err(SandboxError::io("list containers"))?
+            .flatten()
+        {
+            match atomic::read_json::<ContainerRecord>(&ent.path().join("container.json")) {
+                Ok(Some(r)) => {
+                    names.insert(r.reserved_name(&r.sandbox_id), r.id.clone());
+                    recs.insert(r.id.clone(), r);
+                }
+                _ => {
+                    for m in crate::sys::mounts_under(&ent.path()) {
+                        let _ = rustix::mount::unmount(&m, rustix::mount::UnmountFlags::DETACH);
+                    }
+                    let _ = std::fs::remove_dir_all(ent.path());
+                }
+            }
+        }
+        Ok(ContainerManager {
+            root: root.to_path_buf(),
+            images,
+            sandboxes,
+            inner: Mutex::new((recs, names)),
+            locks: KeyedLocks::default(),
+        })
+    }
+
+    fn dir(&self, id: &str) -> PathBuf {
+        self.root.join("containers").join(id)
+    }
+
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, (HashMap<String, ContainerRecord>, HashMap<String, String>)>
+    {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn save(&self, r: &ContainerRecord) -> Result<(), SandboxError> {
+        atomic::write_json(&self.dir(&r.id).join("container.json"), r)
+            .map_err(SandboxError::io("write container record"))?;
+        self.lock().0.insert(r.id.clone(), r.clone());
+        Ok(())
+    }
+
+    pub fn resolve(&self, id: &str) -> Option<String> {
+        let g = self.lock();
+        if g.0.contains_key(id) {
+            return Some(id.to_string());
+        }
+        let mut m = g.0.keys().filter(|k| !id.is_empty() && k.starts_with(id));
+        match (m.next(), m.next()) {
+            (Some(k), None) => Some(k.clone()),
+            _ => None,
+        }
+    }
+
+    /// CreateContainer.
+    pub async fn create(
+        self: &Arc<Self>,
+        sandbox_id: &str,
+        c: ContainerConfig,
+    ) -> Result<String, SandboxError> {
+        let pod = self
+            .sandboxes
+            .get(sandbox_id)
+            .ok_or_else(|| SandboxError::NotFound(sandbox_id.to_string()))?;
+        if pod.state != SandboxState::Ready {
+            return Err(SandboxError::Invalid(format!(
+                "pod sandbox {sandbox_id} is not ready"
+            )));
+        }
+        let md = c
+            .metadata
+            .clone()
+            .ok_or_else(|| SandboxError::Invalid("metadata is required".into()))?;
+        if md.name.is_empty() {
+            return Err(SandboxError::Invalid("metadata.name is required".into()));
+        }
+        let image_name = c
+            .image
+            .as_ref()
+            .map(|i| i.image.clone())
+            .unwrap_or_default();
+        let image = self.images.find(&image_name).ok_or_else(|| {
+            SandboxError::NotFound(format!("image {image_name:?} (pull it first)"))
+        })?;
+        let id = format!("{:032x}", rand::random::<u128>());
+        let name = format!("{}_{}_{}", md.name, sandbox_id, md.attempt);
+        {
+            let mut g = self.lock();
+            if let Some(existing) = g.1.get(&name) {
+                return Err(SandboxError::NameReserved {
+                    name,
+                    id: existing.clone(),
+                });
+            }
+            g.1.insert(name.clone(), id.clone());
+        }
+        let this = self.clone();
+        let (id2, sid) = (id.clone(), sandbox_id.to_string());
+        let r = tokio::task::spawn_blocking(move || this.create_blocking(&id2, &sid, &c, &image))
+            .await
+            .map_err(err)?;
+        if r.is_err() {
+            self.lock().1.remove(&name);
+            let dir = self.dir(&id);
+            for m in crate::sys::mounts_under(&dir) {
+                let _ = rustix::mount::unmount(&m, rustix::mount::UnmountFlags::DETACH);
+            }
+            let _ = std::fs::remove_dir_all(dir);
+        }
+        r.map(|_| id)
+    }
+
+    fn create_blocking(
+        &self,
+        id: &str,
+        sandbox_id: &str,
+        c: &ContainerConfig,
+        image: &crate::image::ImageRecord,
+    ) -> Result<(), SandboxError> {
+        let pod = self
+            .sandboxes
+            .get(sandbox_id)
+            .ok_or_else(|| SandboxError::NotFound(sandbox_id.to_string()))?;
+        let dir = self.dir(id);
+        for d in ["rootfs", "upper", "work", "volumes"] {
+            std::fs::create_dir_all(dir.join(d))
+                .map_err(SandboxError::io("create container dir"))?;
+        }
+        std::fs::write(dir.join("config.pb"), c.encode_to_vec())
+            .map_err(SandboxError::io("save container config"))?;
+        let lower: Vec<String> = self
+            .images
+            .layer_dirs(image)?
+            .iter()
+            .rev()
+            .map(|p| p.display().to_string())
+            .collect();
+        let lowerdir = if lower.len() == 1 {
+            lower[0].clone()
+        } else {
+            lower.join(":")
+        };
+        let opts = format!(
+            "lowerdir={lowerdir},upperdir={},workdir={}",
+            dir.join("upper").display(),
+            dir.join("work").display()
+        );
+        crate::sys::mount_overlay(&dir.join("rootfs"), &opts)
+            .map_err(SandboxError::io("mount container rootfs"))?;
+
+        let cfg: crate::image::manifest::ImageConfig =
+            serde_json::from_slice(&self.images.config_json(image)?)
+                .map_err(|e| SandboxError::Invalid(format!("image config: {e}")))?;
+        let d = cfg.config.unwrap_or_default();
+        let mut volumes = Vec::new();
+        for (i, v) in d.volumes.clone().unwrap_or_default().keys().enumerate() {
+            let host = dir.join("volumes").join(i.to_string());
+            std::fs::create_dir_all(&host).map_err(SandboxError::io("create volume"))?;
+            volumes.push((v.clone(), host));
+        }
+        let img = ImageDefaults {
+            entrypoint: d.entrypoint.clone().unwrap_or_default(),
+            cmd: d.cmd.clone().unwrap_or_default(),
+            env: d.env.clone().unwrap_or_default(),
+            working_dir: d.working_dir.clone().unwrap_or_default(),
+            volumes,
+        };
+        let sc = c
+            .linux
+            .as_ref()
+            .and_then(|l| l.security_context.clone())
+            .unwrap_or_default();
+        let rootfs = dir.join("rootfs");
+        let who = user::resolve(
+            sc.run_as_user.map(|u| u.value),
+            &sc.run_as_username,
+            sc.run_as_group.map(|g| g.value),
+            &sc.supplemental_groups,
+            d.user.as_deref().unwrap_or(""),
+            read_in_root(&rootfs, "etc/passwd").as_deref(),
+            read_in_root(&rootfs, "etc/group").as_deref(),
+        )
+        .map_err(|SpecError(m)| SandboxError::Invalid(m))?;
+        let pod_cfg = self.sandboxes.saved_config(sandbox_id);
+        let parent = pod_cfg
+            .linux
+            .as_ref()
+            .map(|l| l.cgroup_parent.clone())
+            .filter(|p| !p.is_empty())
+            .unwrap_or_else(|| "/husk".into());
+        let files = self.sandboxes.sandbox_dir(sandbox_id);
+        let ctx = PodContext {
+            netns: pod.netns.as_deref(),
+            ipcns: pod.ipcns.as_deref(),
+            utsns: pod.utsns.as_deref(),
+            pause_pid: pod.pause_pid,
+            files_dir: &files,
+            shm: pod.shm.as_deref(),
+            cgroup_parent: &parent,
+        };
+        if NamespaceMode::try_from(sc.namespace_options.as_ref().map(|n| n.pid).unwrap_or(1))
+            == Ok(NamespaceMode::Pod)
+            && pod.pause_pid <= 0
+        {
+            return Err(SandboxError::Invalid(
+                "the pod has no pause process to share a PID namespace with".into(),
+            ));
+        }
+        let spec = spec::build(id, c, &img, &who, &ctx)
+            .map_err(|SpecError(m)| SandboxError::Invalid(m))?;
+        atomic::write_json(&dir.join("config.json"), &spec)
+            .map_err(SandboxError::io("write container spec"))?;
+        let log_path = if c.log_path.is_empty() || pod.log_directory.is_empty() {
+            String::new()
+        } else {
+            Path::new(&pod.log_directory)
+                .join(&c.log_path)
+                .display()
+                .to_string()
+        };
+        let md = c.metadata.clone().unwrap_or_default();
+        let rec = ContainerRecord {
+            version: RECORD_VERSION,
+            id: id.to_string(),
+            sandbox_id: sandbox_id.to_string(),
+            name: md.name.clone(),
+            attempt: md.attempt,
+            image: c
+                .image
+                .as_ref()
+                .map(|i| i.image.clone())
+                .unwrap_or_default(),
+            image_ref: image.id.clone(),
+            labels: c.labels.clone().into_iter().collect(),
+            annotations: c.annotations.clone().into_iter().collect(),
+            log_path: log_path.clone(),
+            created_at: now_ns(),
+            started_at: 0,
+            finished_at: 0,
+            exit_code: 0,
+            state: ContainerState::Created,
+            reason: String::new(),
+            message: String::new(),
+            cgroups_path: format!("{}/{id}", parent.trim_end_matches('/')),
+            stop_signal: d
+                .stop_signal
+                .as_deref()
+                .and_then(parse_signal)
+                .unwrap_or(libc::SIGTERM),
+        };
+        shim_call(
+            &self.sandboxes.shim_dir(sandbox_id),
+            Request::Create(CreateRequest {
+                id: id.to_string(),
+                bundle: dir.display().to_string(),
+                log_path,
+                ..Default::default()
+            }),
+        )?;
+        if let Err(e) = self.save(&rec) {
+            let _ = shim_call(
+                &self.sandboxes.shim_dir(sandbox_id),
+                Request::Delete(DeleteRequest {
+                    id: id.to_string(),
+                    force: true,
+                }),
+            );
+            return Err(e);
+        }
+        tracing::info!(container_id = %id, pod_sandbox_id = %sandbox_id, "container created");
+        Ok(())
+    }
+
+    /// StartContainer.
+    pub async fn start(self: &Arc<Self>, id: &str) -> Result<(), SandboxError> {
+        let id = self
+            .resolve(id)
+            .ok_or_else(|| SandboxError::NotFound(format!("container {id}")))?;
+        let _l = self.locks.lock(&id).await;
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut r = this
+                .get(&id)
+                .ok_or_else(|| SandboxError::NotFound(format!("container {id}")))?;
+            if r.state != ContainerState::Created {
+                return Err(SandboxError::Invalid(format!(
+                    "container {id} is not in the created state"
+                )));
+            }
+            shim_call(
+                &this.sandboxes.shim_dir(&r.sandbox_id),
+                Request::Start(StartRequest { id: id.clone() }),
+            )?;
+            r.state = ContainerState::Running;
+            r.started_at = now_ns();
+            this.save(&r)?;
+            tracing::info!(container_id = %id, "container started");
+            Ok(())
+        })
+        .await
+        .map_err(err)?
+    }
+
+    pub fn get(&self, id: &str) -> Option<ContainerRecord> {
+        self.lock().0.get(id).cloned()
+    }
+
+    /// The record brought up to date with the shim (exit code, times, OOM).
+    pub fn refresh(&self, id: &str) -> Option<ContainerRecord> {
+        let mut r = self.get(id)?;
+        if r.state != ContainerState::Running && r.state != ContainerState::Unknown {
+            return Some(r);
+        }
+        let shim_dir = self.sandboxes.shim_dir(&r.sandbox_id);
+        let st = shim_call(
+            &shim_dir,
+            Request::State(StateRequest { id: id.to_string() }),
+        )
+        .ok()
+        .and_then(|s| s.state);
+        let exit: Option<(i32, i64)> = match &st {
+            Some(s) if s.status == "stopped" => Some((s.exit_code, s.exited_at)),
+            Some(_) => None,
+            None => atomic::read_json::<crate::shim::ExitRecord>(
+                &shim_dir.join("exits").join(format!("{id}.json")),
+            )
+            .ok()
+            .flatten()
+            .map(|e| (e.exit_code, e.exited_at)),
+        };
+        match (exit, st) {
+            (Some((code, at)), _) => {
+                r.state = ContainerState::Exited;
+                r.exit_code = code;
+                r.finished_at = at;
+                r.reason = if self.oom_killed(&r) {
+                    "OOMKilled".into()
+                } else if code == 0 {
+                    "Completed".into()
+                } else {
+                    "Error".into()
+                };
+                let _ = self.save(&r);
+            }
+            (None, None) => {
+                r.state = ContainerState::Unknown;
+                r.reason = "Unknown".into();
+                r.message = "the pod's shim is gone and recorded no exit".into();
+            }
+            _ => {}
+        }
+        Some(r)
+    }
+
+    fn oom_killed(&self, r: &ContainerRecord) -> bool {
+        let p = Path::new("/sys/fs/cgroup/memory")
+            .join(r.cgroups_path.trim_start_matches('/'))
+            .join("memory.oom_control");
+        std::fs::read_to_string(p)
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find(|l| l.starts_with("oom_kill "))
+                    .and_then(|l| l[9..].trim().parse::<u64>().ok())
+            })
+            .map(|n| n > 0)
+            .unwrap_or(false)
+    }
+
+    pub fn list(&self) -> Vec<ContainerRecord> {
+        let ids: Vec<String> = self.lock().0.keys().cloned().collect();
+        let mut v: Vec<ContainerRecord> = ids.iter().filter_map(|i| self.refresh(i)).collect();
+        v.sort_by_key(|r| r.created_at);
+        v
+    }
+
+    /// StopContainer: the stop signal, then SIGKILL to every process after
+    /// `timeout`; idempotent; an unknown id is success.
+    pub async fn stop(self: &Arc<Self>, id: &str, timeout: Duration) -> Result<(), SandboxError> {
+        let Some(id) = self.resolve(id) else {
+            return Ok(());
+        };
+        let _l = self.locks.lock(&id).await;
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || this.stop_blocking(&id, timeout))
+            .await
+            .map_err(err)?
+    }
+
+    fn stop_blocking(&self, id: &str, timeout: Duration) -> Result<(), SandboxError> {
+        let Some(r) = self.refresh(id) else {
+            return Ok(());
+        };
+        if r.state != ContainerState::Running {
+            return Ok(());
+        }
+        let shim_dir = self.sandboxes.shim_dir(&r.sandbox_id);
+        let exited = |this: &Self| {
+            this.refresh(id)
+                .map(|r| r.state != ContainerState::Running)
+                .unwrap_or(true)
+        };
+        if !timeout.is_zero() {
+            let _ = shim_call(
+                &shim_dir,
+                Request::Kill(KillRequest {
+                    id: id.to_string(),
+                    signal: r.stop_signal,
+                    all: false,
+                }),
+            );
+            let deadline = Instant::now() + timeout;
+            while Instant::now() < deadline && !exited(self) {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        if !exited(self) {
+            let _ = shim_call(
+                &shim_dir,
+                Request::Kill(KillRequest {
+                    id: id.to_string(),
+                    signal: libc::SIGKILL,
+                    all: true,
+                }),
+            );
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline && !exited(self) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        tracing::info!(container_id = %id, "container stopped");
+        Ok(())
+    }
+
+    /// RemoveContainer: stops first; idempotent; an unknown id is success.
+    pub async fn remove(self: &Arc<Self>, id: &str) -> Result<(), SandboxError> {
+        let Some(id) = self.resolve(id) else {
+            return Ok(());
+        };
+        self.stop(&id, Duration::ZERO).await?;
+        let _l = self.locks.lock(&id).await;
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || this.remove_blocking(&id))
+            .await
+            .map_err(err)?
+    }
+
+    fn remove_blocking(&self, id: &str) -> Result<(), SandboxError> {
+        let Some(r) = self.get(id) else { return Ok(()) };
+        let shim_dir = self.sandboxes.shim_dir(&r.sandbox_id);
+        if client::pid(&shim_dir).is_some() {
+            match shim_call(
+                &shim_dir,
+                Request::Delete(DeleteRequest {
+                    id: id.to_string(),
+                    force: true,
+                }),
+            ) {
+                Ok(_) => {}
+                Err(e) if e.to_string().contains("not found") => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let dir = self.dir(id);
+        for m in crate::sys::mounts_under(&dir) {
+            rustix::mount::unmount(&m, rustix::mount::UnmountFlags::DETACH)
+                .map_err(|e| SandboxError::io("unmount container rootfs")(e.into()))?;
+        }
+        std::fs::remove_dir_all(&dir)
+            .or_else(|e| {
+                if e.kind() == std::io::ErrorKind::NotFound {
+                    Ok(())
+                } else {
+                    Err(e)
+                }
+            })
+            .map_err(SandboxError::io("remove container dir"))?;
+        let _ = std::fs::remove_file(shim_dir.join("exits").join(format!("{id}.json")));
+        let mut g = self.lock();
+        g.0.remove(id);
+        g.1.remove(&r.reserved_name(&r.sandbox_id));
+        tracing::info!(container_id = %id, "container removed");
+        Ok(())
+    }
+
+    /// ReopenContainerLog.
+    pub async fn reopen_log(self: &Arc<Self>, id: &str) -> Result<(), SandboxError> {
+        let r = self
+            .resolve(id)
+            .and_then(|i| self.refresh(&i))
+            .ok_or_else(|| SandboxError::NotFound(format!("container {id}")))?;
+        if r.state != ContainerState::Running {
+            return Err(SandboxError::Invalid(format!(
+                "container {id} is not running"
+            )));
+        }
+        let shim_dir = self.sandboxes.shim_dir(&r.sandbox_id);
+        let id = r.id.clone();
+        tokio::task::spawn_blocking(move || {
+            shim_call(&shim_dir, Request::ReopenLog(ReopenLogRequest { id }))
+        })
+        .await
+        .map_err(err)??;
+        Ok(())
+    }
+
+    /// Ids of the containers of a pod.
+    pub fn of_sandbox(&self, sandbox_id: &str) -> Vec<String> {
+        self.lock()
+            .0
+            .values()
+            .filter(|r| r.sandbox_id == sandbox_id)
+            .map(|r| r.id.clone())
+            .collect()
+    }
+}

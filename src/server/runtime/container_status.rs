@@ -1,0 +1,61 @@
+//! ContainerStatus: state, times in ns, exit code and reason; NotFound for
+//! an unknown id.
+
+use crate::api::cri::*;
+use crate::container::manager::{ContainerRecord, ContainerState as S};
+use crate::server::instrument::State;
+use std::collections::HashMap;
+use tonic::Status;
+
+pub(super) fn state_of(r: &ContainerRecord) -> i32 {
+    (match r.state {
+        S::Created => ContainerState::ContainerCreated,
+        S::Running => ContainerState::ContainerRunning,
+        S::Exited => ContainerState::ContainerExited,
+        S::Unknown => ContainerState::ContainerUnknown,
+    }) as i32
+}
+
+pub async fn handle(
+    state: &State,
+    req: ContainerStatusRequest,
+) -> Result<ContainerStatusResponse, Status> {
+    let containers = state.containers()?;
+    let r = containers
+        .resolve(&req.container_id)
+        .and_then(|id| containers.refresh(&id))
+        .ok_or_else(|| Status::not_found(format!("container {:?} not found", req.container_id)))?;
+    let mut info = HashMap::new();
+    if req.verbose {
+        info.insert(
+            "info".to_string(),
+            serde_json::to_string(&r).map_err(|e| Status::internal(e.to_string()))?,
+        );
+    }
+    Ok(ContainerStatusResponse {
+        status: Some(ContainerStatus {
+            id: r.id.clone(),
+            metadata: Some(ContainerMetadata {
+                name: r.name.clone(),
+                attempt: r.attempt,
+            }),
+            state: state_of(&r),
+            created_at: r.created_at,
+            started_at: r.started_at,
+            finished_at: r.finished_at,
+            exit_code: r.exit_code,
+            image: Some(ImageSpec {
+                image: r.image.clone(),
+                ..Default::default()
+            }),
+            image_ref: r.image_ref.clone(),
+            reason: r.reason.clone(),
+            message: r.message.clone(),
+            labels: r.labels.clone().into_iter().collect(),
+            annotations: r.annotations.clone().into_iter().collect(),
+            log_path: r.log_path.clone(),
+            ..Default::default()
+        }),
+        info,
+    })
+}
