@@ -1,0 +1,357 @@
+//! Containers in pods on a real husk serve: CRI command semantics, env,
+//! users, exit codes and reasons (OOMKilled included), the CRI log format
+//! with partial lines, stop with a grace period, and clean removal.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::images::*;
+use common::pod::*;
+use common::server::Husk;
+use husk::api::cri::*;
+use std::time::{Duration, Instant};
+
+async fn app_image(p: &Pod) -> String {
+    let img = common::images::Image::with_config(
+        vec![Layer::new(&busybox_entries(), Compression::Gzip)],
+        "amd64",
+        serde_json::json!({"Entrypoint": ["/bin/sh", "-c"], "Cmd": ["echo image-default"], "Env": ["PATH=/bin", "FROM_IMAGE=1", "OVERRIDE=image"], "WorkingDir": "/tmp"}),
+    );
+    Pusher::new(&p.reg)
+        .image("app/busybox", "v1", &img, Format::Oci)
+        .await;
+    let r = format!("{}/app/busybox:v1", p.reg.host());
+    p.h.pull(&r).await.unwrap();
+    r
+}
+
+fn pod_config(p: &Pod, name: &str) -> PodSandboxConfig {
+    let mut c = p.config(name);
+    c.log_directory = p.h.dir.path().join("logs").join(name).display().to_string();
+    c
+}
+
+fn ccfg(image: &str, name: &str, command: &[&str], args: &[&str]) -> ContainerConfig {
+    ContainerConfig {
+        metadata: Some(ContainerMetadata {
+            name: name.into(),
+            attempt: 0,
+        }),
+        image: Some(ImageSpec {
+            image: image.into(),
+            ..Default::default()
+        }),
+        command: command.iter().map(|s| s.to_string()).collect(),
+        args: args.iter().map(|s| s.to_string()).collect(),
+        log_path: format!("{name}/0.log"),
+        linux: Some(LinuxContainerConfig {
+            security_context: Some(LinuxContainerSecurityContext {
+                namespace_options: Some(NamespaceOption {
+                    pid: NamespaceMode::Container as i32,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+async fn create_start(h: &Husk, pod: &str, pc: &PodSandboxConfig, c: ContainerConfig) -> String {
+    let mut rt = h.runtime().await;
+    let id = rt
+        .create_container(CreateContainerRequest {
+            pod_sandbox_id: pod.into(),
+            config: Some(c),
+            sandbox_config: Some(pc.clone()),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .container_id;
+    rt.start_container(StartContainerRequest {
+        container_id: id.clone(),
+    })
+    .await
+    .unwrap();
+    id
+}
+
+async fn wait_exit(h: &Husk, id: &str) -> ContainerStatus {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let st = h
+            .runtime()
+            .await
+            .container_status(ContainerStatusRequest {
+                container_id: id.into(),
+                verbose: false,
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .status
+            .unwrap();
+        if st.state == ContainerState::ContainerExited as i32 {
+            return st;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "container {id} did not exit: {st:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn log_lines(pc: &PodSandboxConfig, name: &str) -> Vec<(String, String, String)> {
+    let text = std::fs::read_to_string(
+        std::path::Path::new(&pc.log_directory)
+            .join(name)
+            .join("0.log"),
+    )
+    .unwrap_or_default();
+    text.lines()
+        .map(|l| {
+            let mut it = l.splitn(4, ' ');
+            let ts = it.next().unwrap();
+            assert!(ts.ends_with('Z') && ts.contains('T'), "timestamp {ts}");
+            (
+                it.next().unwrap().to_string(),
+                it.next().unwrap().to_string(),
+                it.next().unwrap_or("").to_string(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn run_exit_codes_env_users_logs_and_cleanup() {
+    if !common::require_root() {
+        return;
+    }
+    let p = setup(vec![]).await;
+    let image = app_image(&p).await;
+    let pc = pod_config(&p, "apps");
+    let pod = run(&p.h, pc.clone()).await.unwrap();
+
+    // Image Entrypoint + Cmd, env from image and config, cwd from the image.
+    let mut c = ccfg(&image, "defaults", &[], &[]);
+    c.envs = vec![KeyValue {
+        key: "OVERRIDE".into(),
+        value: "config".into(),
+    }];
+    let id = create_start(&p.h, &pod, &pc, c).await;
+    let st = wait_exit(&p.h, &id).await;
+    assert_eq!((st.exit_code, st.reason.as_str()), (0, "Completed"));
+    assert!(
+        st.started_at >= st.created_at
+            && st.finished_at >= st.started_at
+            && st.created_at > 1_600_000_000_000_000_000
+    );
+    assert_eq!(
+        log_lines(&pc, "defaults"),
+        vec![("stdout".into(), "F".into(), "image-default".into())]
+    );
+
+    // args replace Cmd (Entrypoint kept); stdout and stderr; exit code.
+    let script = "echo out; echo err >&2; echo cwd=$(pwd) env=$FROM_IMAGE,$OVERRIDE,$EXTRA; exit 3";
+    let mut c = ccfg(&image, "args", &[], &[script]);
+    c.envs = vec![
+        KeyValue {
+            key: "OVERRIDE".into(),
+            value: "config".into(),
+        },
+        KeyValue {
+            key: "EXTRA".into(),
+            value: "x".into(),
+        },
+    ];
+    let id = create_start(&p.h, &pod, &pc, c).await;
+    let st = wait_exit(&p.h, &id).await;
+    assert_eq!((st.exit_code, st.reason.as_str()), (3, "Error"));
+    let lines = log_lines(&pc, "args");
+    assert!(
+        lines.contains(&("stdout".into(), "F".into(), "out".into())),
+        "{lines:?}"
+    );
+    assert!(
+        lines.contains(&("stderr".into(), "F".into(), "err".into())),
+        "{lines:?}"
+    );
+    assert!(
+        lines.contains(&(
+            "stdout".into(),
+            "F".into(),
+            "cwd=/tmp env=1,config,x".into()
+        )),
+        "{lines:?}"
+    );
+
+    // command replaces Entrypoint and drops Cmd; run_as_user/group; a long line is split.
+    let mut c = ccfg(
+        &image,
+        "user",
+        &[
+            "/bin/sh",
+            "-c",
+            "id -u; id -g; head -c 20000 /dev/zero | tr '\\0' a; echo",
+        ],
+        &[],
+    );
+    let sc = c.linux.as_mut().unwrap().security_context.as_mut().unwrap();
+    sc.run_as_user = Some(Int64Value { value: 65534 });
+    sc.run_as_group = Some(Int64Value { value: 65534 });
+    let id = create_start(&p.h, &pod, &pc, c).await;
+    assert_eq!(wait_exit(&p.h, &id).await.exit_code, 0);
+    let lines = log_lines(&pc, "user");
+    assert_eq!(lines[0].2, "65534");
+    assert_eq!(lines[1].2, "65534");
+    assert_eq!(
+        (lines[2].1.as_str(), lines[2].2.len()),
+        ("P", 16 * 1024),
+        "a 20 000-byte line starts with a 16 KiB partial"
+    );
+    assert_eq!(
+        (lines[3].1.as_str(), lines[3].2.len()),
+        ("F", 20_000 - 16 * 1024)
+    );
+
+    // A read-only rootfs refuses writes.
+    let mut c = ccfg(&image, "ro", &["/bin/sh", "-c", "touch /newfile"], &[]);
+    c.linux
+        .as_mut()
+        .unwrap()
+        .security_context
+        .as_mut()
+        .unwrap()
+        .readonly_rootfs = true;
+    let id = create_start(&p.h, &pod, &pc, c).await;
+    assert_ne!(wait_exit(&p.h, &id).await.exit_code, 0);
+
+    // A memory limit is enforced: OOMKilled.
+    let mut c = ccfg(
+        &image,
+        "oom",
+        &[
+            "/bin/sh",
+            "-c",
+            "dd if=/dev/zero of=/dev/null bs=128M count=1",
+        ],
+        &[],
+    );
+    c.linux.as_mut().unwrap().resources = Some(LinuxContainerResources {
+        memory_limit_in_bytes: 32 << 20,
+        ..Default::default()
+    });
+    let id = create_start(&p.h, &pod, &pc, c).await;
+    let st = wait_exit(&p.h, &id).await;
+    assert_eq!((st.exit_code, st.reason.as_str()), (137, "OOMKilled"));
+
+    // StopContainer: SIGTERM ignored by a PID 1 without a handler, SIGKILL after the timeout.
+    let id = create_start(
+        &p.h,
+        &pod,
+        &pc,
+        ccfg(&image, "sleeper", &["/bin/sleep", "1000"], &[]),
+    )
+    .await;
+    let mut rt = p.h.runtime().await;
+    let listed = rt
+        .list_containers(ListContainersRequest {
+            filter: Some(ContainerFilter {
+                state: Some(ContainerStateValue {
+                    state: ContainerState::ContainerRunning as i32,
+                }),
+                ..Default::default()
+            }),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .containers;
+    assert_eq!(
+        listed.iter().map(|c| c.id.clone()).collect::<Vec<_>>(),
+        vec![id.clone()]
+    );
+    let t = Instant::now();
+    rt.stop_container(StopContainerRequest {
+        container_id: id.clone(),
+        timeout: 1,
+    })
+    .await
+    .unwrap();
+    assert!(
+        t.elapsed() >= Duration::from_millis(900),
+        "waited for the grace period"
+    );
+    let st = wait_exit(&p.h, &id).await;
+    assert_eq!(st.exit_code, 137);
+    rt.stop_container(StopContainerRequest {
+        container_id: id.clone(),
+        timeout: 1,
+    })
+    .await
+    .unwrap();
+    rt.stop_container(StopContainerRequest {
+        container_id: "unknown".into(),
+        timeout: 1,
+    })
+    .await
+    .unwrap();
+
+    // Remove: idempotent, unknown is success, then NotFound.
+    rt.remove_container(RemoveContainerRequest {
+        container_id: id.clone(),
+    })
+    .await
+    .unwrap();
+    rt.remove_container(RemoveContainerRequest {
+        container_id: id.clone(),
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        rt.container_status(ContainerStatusRequest {
+            container_id: id,
+            verbose: false
+        })
+        .await
+        .unwrap_err()
+        .code(),
+        tonic::Code::NotFound
+    );
+
+    // A running container goes with its pod; nothing is left.
+    create_start(
+        &p.h,
+        &pod,
+        &pc,
+        ccfg(&image, "left-running", &["/bin/sleep", "1000"], &[]),
+    )
+    .await;
+    rt.stop_pod_sandbox(StopPodSandboxRequest {
+        pod_sandbox_id: pod.clone(),
+    })
+    .await
+    .unwrap();
+    rt.remove_pod_sandbox(RemovePodSandboxRequest {
+        pod_sandbox_id: pod,
+    })
+    .await
+    .unwrap();
+    assert!(rt
+        .list_containers(ListContainersRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .containers
+        .is_empty());
+    assert_eq!(leftovers(&p), Vec::<String>::new());
+    assert_eq!(
+        std::fs::read_dir(p.h.root().join("containers"))
+            .unwrap()
+            .count(),
+        0
+    );
+}
