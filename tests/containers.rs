@@ -67,7 +67,13 @@ async fn create_start(h: &Husk, pod: &str, pc: &PodSandboxConfig, c: ContainerCo
             sandbox_config: Some(pc.clone()),
         })
         .await
-        .unwrap()
+        .unwrap_or_else(|e| {
+            panic!(
+                "create {pod}: {e:?}\nshim log: {}",
+                std::fs::read_to_string(h.dir.path().join("run/s").join(pod).join("shim.log"))
+                    .unwrap_or_default()
+            )
+        })
         .into_inner()
         .container_id;
     rt.start_container(StartContainerRequest {
@@ -354,4 +360,182 @@ async fn run_exit_codes_env_users_logs_and_cleanup() {
             .count(),
         0
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn localhost_mounts_capabilities_privileged_and_log_reopen() {
+    if !common::require_root() {
+        return;
+    }
+    let p = setup(vec![]).await;
+    let image = app_image(&p).await;
+    let pc = pod_config(&p, "pair");
+    let pod = run(&p.h, pc.clone()).await.unwrap();
+
+    // Two containers of one pod talk over localhost.
+    let server = ccfg(&image, "server", &["/bin/sh", "-c", "mkdir -p /tmp/www && echo from-the-neighbour > /tmp/www/index.html && exec /bin/httpd -f -p 127.0.0.1:8080 -h /tmp/www"], &[]);
+    create_start(&p.h, &pod, &pc, server).await;
+    let client = ccfg(&image, "client", &["/bin/sh", "-c", "for i in 1 2 3 4 5 6 7 8 9 10; do timeout 2 wget -q -O - http://127.0.0.1:8080/index.html && exit 0; sleep 0.2; done; exit 1"], &[]);
+    let id = create_start(&p.h, &pod, &pc, client).await;
+    assert_eq!(wait_exit(&p.h, &id).await.exit_code, 0);
+    assert!(log_lines(&pc, "client")
+        .iter()
+        .any(|l| l.2 == "from-the-neighbour"));
+
+    // A read-only bind mount: readable, not writable; the host is untouched.
+    let web = p.h.dir.path().join("web");
+    std::fs::create_dir_all(&web).unwrap();
+    std::fs::write(web.join("index.html"), "mounted").unwrap();
+    let mut c = ccfg(
+        &image,
+        "mount",
+        &[
+            "/bin/sh",
+            "-c",
+            "cat /www/index.html; touch /www/x && exit 10; exit 0",
+        ],
+        &[],
+    );
+    c.mounts = vec![Mount {
+        container_path: "/www".into(),
+        host_path: web.display().to_string(),
+        readonly: true,
+        propagation: MountPropagation::PropagationHostToContainer as i32,
+        ..Default::default()
+    }];
+    let id = create_start(&p.h, &pod, &pc, c).await;
+    assert_eq!(wait_exit(&p.h, &id).await.exit_code, 0);
+    assert!(log_lines(&pc, "mount").iter().any(|l| l.2 == "mounted"));
+    assert!(!web.join("x").exists());
+
+    // A dropped capability denies (and is really there when kept).
+    let script = "touch /tmp/f && chown 1:1 /tmp/f";
+    let mut c = ccfg(&image, "nochown", &["/bin/sh", "-c", script], &[]);
+    c.linux
+        .as_mut()
+        .unwrap()
+        .security_context
+        .as_mut()
+        .unwrap()
+        .capabilities = Some(Capability {
+        drop_capabilities: vec!["CHOWN".into()],
+        ..Default::default()
+    });
+    let id = create_start(&p.h, &pod, &pc, c).await;
+    assert_ne!(
+        wait_exit(&p.h, &id).await.exit_code,
+        0,
+        "chown denied without CAP_CHOWN"
+    );
+    let id = create_start(
+        &p.h,
+        &pod,
+        &pc,
+        ccfg(&image, "chown", &["/bin/sh", "-c", script], &[]),
+    )
+    .await;
+    assert_eq!(
+        wait_exit(&p.h, &id).await.exit_code,
+        0,
+        "chown allowed with the default set"
+    );
+
+    // Privileged: every capability (mounting a tmpfs needs CAP_SYS_ADMIN).
+    let mut c = ccfg(
+        &image,
+        "priv",
+        &[
+            "/bin/sh",
+            "-c",
+            "mkdir -p /tmp/m && mount -t tmpfs none /tmp/m",
+        ],
+        &[],
+    );
+    c.linux
+        .as_mut()
+        .unwrap()
+        .security_context
+        .as_mut()
+        .unwrap()
+        .privileged = true;
+    let id = create_start(&p.h, &pod, &pc, c).await;
+    assert_eq!(wait_exit(&p.h, &id).await.exit_code, 0);
+    let c = ccfg(
+        &image,
+        "unpriv",
+        &[
+            "/bin/sh",
+            "-c",
+            "mkdir -p /tmp/m && mount -t tmpfs none /tmp/m",
+        ],
+        &[],
+    );
+    let id = create_start(&p.h, &pod, &pc, c).await;
+    assert_ne!(wait_exit(&p.h, &id).await.exit_code, 0);
+
+    // ReopenContainerLog after a rotation: no line lost.
+    let id = create_start(
+        &p.h,
+        &pod,
+        &pc,
+        ccfg(
+            &image,
+            "talker",
+            &[
+                "/bin/sh",
+                "-c",
+                "i=0; while true; do i=$((i+1)); echo line$i; sleep 0.01; done",
+            ],
+            &[],
+        ),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let log = std::path::Path::new(&pc.log_directory).join("talker/0.log");
+    std::fs::rename(&log, log.with_extension("log.1")).unwrap();
+    p.h.runtime()
+        .await
+        .reopen_container_log(ReopenContainerLogRequest {
+            container_id: id.clone(),
+        })
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    p.h.runtime()
+        .await
+        .stop_container(StopContainerRequest {
+            container_id: id,
+            timeout: 0,
+        })
+        .await
+        .unwrap();
+    let mut all: Vec<u64> = Vec::new();
+    for f in [log.with_extension("log.1"), log.clone()] {
+        for l in std::fs::read_to_string(&f).unwrap().lines() {
+            if let Some(n) = l
+                .rsplit(' ')
+                .next()
+                .and_then(|t| t.strip_prefix("line"))
+                .and_then(|n| n.parse().ok())
+            {
+                all.push(n);
+            }
+        }
+    }
+    assert!(
+        all.len() > 10 && std::fs::metadata(&log).unwrap().len() > 0,
+        "both files have lines"
+    );
+    assert!(
+        all.windows(2).all(|w| w[1] == w[0] + 1),
+        "no line lost or duplicated across the reopen"
+    );
+
+    let mut rt = p.h.runtime().await;
+    rt.remove_pod_sandbox(RemovePodSandboxRequest {
+        pod_sandbox_id: pod,
+    })
+    .await
+    .unwrap();
+    assert_eq!(leftovers(&p), Vec::<String>::new());
 }

@@ -301,6 +301,17 @@ impl ContainerManager {
         crate::sys::mount_overlay(&dir.join("rootfs"), &opts)
             .map_err(SandboxError::io("mount container rootfs"))?;
 
+        // Mount points of the config's mounts, created inside the rootfs
+        // (confined: an image symlink cannot send them to the host).
+        for m in &c.mounts {
+            if !Path::new(&m.host_path).is_dir() {
+                continue;
+            }
+            crate::image::unpack::mkdir_all_in_root(
+                &dir.join("rootfs"),
+                Path::new(&m.container_path),
+            )?;
+        }
         let cfg: crate::image::manifest::ImageConfig =
             serde_json::from_slice(&self.images.config_json(image)?)
                 .map_err(|e| SandboxError::Invalid(format!("image config: {e}")))?;

@@ -64,6 +64,27 @@ pub const ALL_CAPS: &[&str] = &[
     "CAP_CHECKPOINT_RESTORE",
 ];
 
+/// The capabilities this process holds (its effective set): what
+/// "privileged" and "ALL" can grant, as containerd's
+/// WithAllCurrentCapabilities does. A node without, say, CAP_SYS_RESOURCE
+/// cannot hand it to a container. `ALL_CAPS` is in kernel bit order.
+pub fn current_caps() -> Vec<String> {
+    let eff = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("CapEff:"))
+                .and_then(|l| u64::from_str_radix(l.split_whitespace().nth(1)?, 16).ok())
+        })
+        .unwrap_or(u64::MAX);
+    ALL_CAPS
+        .iter()
+        .enumerate()
+        .filter(|(bit, _)| eff & (1u64 << bit) != 0)
+        .map(|(_, c)| c.to_string())
+        .collect()
+}
+
 /// What the pod contributes.
 pub struct PodContext<'a> {
     pub netns: Option<&'a Path>,
@@ -143,8 +164,9 @@ pub fn capabilities(
     drop: &[String],
     privileged: bool,
 ) -> Result<Vec<String>, SpecError> {
+    let held = current_caps();
     if privileged {
-        return Ok(ALL_CAPS.iter().map(|s| s.to_string()).collect());
+        return Ok(held);
     }
     let add: Vec<String> = add.iter().map(|c| norm_cap(c)).collect();
     let drop: Vec<String> = drop.iter().map(|c| norm_cap(c)).collect();
@@ -154,7 +176,7 @@ pub fn capabilities(
         }
     }
     let mut caps: Vec<String> = if add.iter().any(|c| c == "ALL") {
-        ALL_CAPS.iter().map(|s| s.to_string()).collect()
+        held.clone()
     } else {
         let mut v: Vec<String> = DEFAULT_CAPS.iter().map(|s| s.to_string()).collect();
         for c in &add {
@@ -170,6 +192,7 @@ pub fn capabilities(
     } else {
         caps.retain(|c| !drop.contains(c));
     }
+    caps.retain(|c| held.contains(c));
     Ok(caps)
 }
 

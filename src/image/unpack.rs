@@ -150,6 +150,18 @@ fn ensure_dir(root: &OwnedFd, comps: &[OsString], entry: &Path) -> Result<OwnedF
     Ok(fd)
 }
 
+/// Creates directory `rel` (and its parents, mode 0755) inside `root`,
+/// resolving every component as if `root` were `/`.
+pub fn mkdir_all_in_root(root: &Path, rel: &Path) -> Result<(), ImageError> {
+    let root_fd = rustix::fs::open(
+        root,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| io_err(format!("open {}", root.display()), e))?;
+    ensure_dir(&root_fd, &clean(rel), rel).map(|_| ())
+}
+
 /// Removes `name` in `dir` recursively, never following symlinks.
 pub fn remove_all_at(dir: &impl AsFd, name: &OsStr) -> io::Result<()> {
     let st = match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {

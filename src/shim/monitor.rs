@@ -497,6 +497,12 @@ pub fn run(dir: &Path) -> io::Result<()> {
     }
     std::env::set_current_dir("/")?;
     redirect_stdio(&dir.join("shim.log"))?;
+    // libcontainer reports why a create failed through `tracing`.
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_max_level(tracing::Level::WARN)
+        .with_ansi(false)
+        .try_init();
     WAKE_FD.store(wake_w.as_raw_fd(), Ordering::Relaxed);
     // SAFETY: installing an async-signal-safe handler for SIGCHLD.
     unsafe {
