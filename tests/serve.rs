@@ -146,12 +146,23 @@ async fn socket_runtime_rpcs_and_shutdown() {
     );
 
     // An RPC of a later part answers Unimplemented, naming itself.
+    let e = rt.exec_sync(ExecSyncRequest::default()).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unimplemented);
+    assert!(e.message().contains("ExecSync"), "{}", e.message());
+    // An unknown container is NotFound; a container without config is InvalidArgument.
+    let e = rt
+        .container_status(ContainerStatusRequest {
+            container_id: "nope".into(),
+            verbose: false,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::NotFound);
     let e = rt
         .create_container(CreateContainerRequest::default())
         .await
         .unwrap_err();
-    assert_eq!(e.code(), tonic::Code::Unimplemented);
-    assert!(e.message().contains("CreateContainer"), "{}", e.message());
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
     // A sandbox without config is InvalidArgument.
     let e = rt
         .run_pod_sandbox(RunPodSandboxRequest::default())
