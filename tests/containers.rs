@@ -539,3 +539,92 @@ async fn localhost_mounts_capabilities_privileged_and_log_reopen() {
     .unwrap();
     assert_eq!(leftovers(&p), Vec::<String>::new());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn exec_sync_output_exit_code_timeout_and_no_zombies() {
+    if !common::require_root() {
+        return;
+    }
+    let p = setup(vec![]).await;
+    let image = app_image(&p).await;
+    let pc = pod_config(&p, "exec");
+    let pod = run(&p.h, pc.clone()).await.unwrap();
+    let mut c = ccfg(&image, "target", &["/bin/sleep", "1000"], &[]);
+    c.envs = vec![KeyValue {
+        key: "FOO".into(),
+        value: "bar".into(),
+    }];
+    c.linux
+        .as_mut()
+        .unwrap()
+        .security_context
+        .as_mut()
+        .unwrap()
+        .run_as_user = Some(Int64Value { value: 65534 });
+    let id = create_start(&p.h, &pod, &pc, c).await;
+    let mut rt = p.h.runtime().await;
+    let exec = |cmd: &[&str], timeout: i64| ExecSyncRequest {
+        container_id: id.clone(),
+        cmd: cmd.iter().map(|s| s.to_string()).collect(),
+        timeout,
+    };
+
+    // The container's user and env; stdout, stderr and the exit code.
+    let r = rt
+        .exec_sync(exec(
+            &["/bin/sh", "-c", "id -u; echo $FOO; echo oops >&2; exit 4"],
+            10,
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(String::from_utf8_lossy(&r.stdout), "65534\nbar\n");
+    assert_eq!(String::from_utf8_lossy(&r.stderr), "oops\n");
+    assert_eq!(r.exit_code, 4);
+
+    // A timeout kills the command and answers DeadlineExceeded.
+    let t = Instant::now();
+    let e = rt
+        .exec_sync(exec(&["/bin/sleep", "30"], 1))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::DeadlineExceeded, "{e:?}");
+    assert!(t.elapsed() < Duration::from_secs(10));
+
+    // A missing binary fails clearly; an unknown container is NotFound.
+    assert!(rt.exec_sync(exec(&["/no/such/binary"], 5)).await.is_err());
+    let e = rt
+        .exec_sync(ExecSyncRequest {
+            container_id: "nope".into(),
+            cmd: vec!["true".into()],
+            timeout: 1,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::NotFound);
+
+    // The shim reaped everything: no zombie children.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let shim = std::fs::read_to_string(p.h.dir.path().join("run/s").join(&pod).join("shim.pid"))
+        .unwrap()
+        .trim()
+        .to_string();
+    let zombies = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
+        .filter(|s| {
+            let rest = s.rsplit_once(')').map(|x| x.1).unwrap_or("");
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            f.first() == Some(&"Z") && f.get(1) == Some(&shim.as_str())
+        })
+        .count();
+    assert_eq!(zombies, 0, "zombie children of the shim");
+
+    rt.remove_pod_sandbox(RemovePodSandboxRequest {
+        pod_sandbox_id: pod,
+    })
+    .await
+    .unwrap();
+    assert_eq!(leftovers(&p), Vec::<String>::new());
+}

@@ -668,6 +668,76 @@ impl ContainerManager {
         Ok(())
     }
 
+    /// ExecSync: runs `cmd` in the running container; output is bounded
+    /// (16 MiB per stream, a truncation is marked at the end of the
+    /// stream); on timeout the process is killed and DeadlineExceeded
+    /// returned, as the kubelet's exec probes expect.
+    pub async fn exec_sync(
+        self: &Arc<Self>,
+        id: &str,
+        cmd: Vec<String>,
+        timeout: Duration,
+    ) -> Result<(Vec<u8>, Vec<u8>, i32), SandboxError> {
+        let r = self
+            .resolve(id)
+            .and_then(|i| self.refresh(&i))
+            .ok_or_else(|| SandboxError::NotFound(format!("container {id}")))?;
+        if r.state != ContainerState::Running {
+            return Err(SandboxError::Invalid(format!(
+                "container {id} is not running"
+            )));
+        }
+        if cmd.is_empty() {
+            return Err(SandboxError::Invalid("cmd is required".into()));
+        }
+        let shim_dir = self.sandboxes.shim_dir(&r.sandbox_id);
+        let req = crate::api::shim::ExecRequest {
+            id: r.id.clone(),
+            args: cmd,
+            timeout_ms: timeout.as_millis() as i64,
+            max_output: 0,
+        };
+        let wait = if timeout.is_zero() {
+            Duration::from_secs(24 * 3600)
+        } else {
+            timeout + Duration::from_secs(30)
+        };
+        let resp = tokio::task::spawn_blocking(move || {
+            client::call(
+                &shim_dir,
+                &ShimRequest {
+                    request: Some(Request::Exec(req)),
+                },
+                wait,
+            )
+        })
+        .await
+        .map_err(err)?
+        .map_err(|e| SandboxError::Shim(e.to_string()))?;
+        if !resp.error.is_empty() {
+            return Err(SandboxError::Shim(resp.error));
+        }
+        let x = resp
+            .exec
+            .ok_or_else(|| SandboxError::Shim("exec answered without a result".into()))?;
+        if x.timed_out {
+            return Err(SandboxError::Timeout(format!(
+                "command timed out after {timeout:?} and was killed"
+            )));
+        }
+        let mark = |mut v: Vec<u8>, t: bool| {
+            if t {
+                v.extend_from_slice(b"\n[husk: output truncated at 16 MiB]\n");
+            }
+            v
+        };
+        Ok((
+            mark(x.stdout, x.stdout_truncated),
+            mark(x.stderr, x.stderr_truncated),
+            x.exit_code,
+        ))
+    }
+
     /// Ids of the containers of a pod.
     pub fn of_sandbox(&self, sandbox_id: &str) -> Vec<String> {
         self.lock()

@@ -41,6 +41,8 @@ pub enum SandboxError {
     },
     #[error("shim: {0}")]
     Shim(String),
+    #[error("{0}")]
+    Timeout(String),
 }
 
 impl SandboxError {
@@ -54,6 +56,7 @@ impl SandboxError {
             SandboxError::Invalid(_) => Kind::InvalidArgument,
             SandboxError::NotFound(_) => Kind::NotFound,
             SandboxError::NameReserved { .. } => Kind::AlreadyExists,
+            SandboxError::Timeout(_) => Kind::DeadlineExceeded,
             SandboxError::Image(e) => e.kind(),
             // No network config yet: the node is not ready for pods.
             SandboxError::Cni(crate::network::cni::CniError::NoConfig(_)) => {

@@ -16,6 +16,7 @@
 //! - `youki/`: libcontainer's state root.
 
 pub mod client;
+pub mod exec;
 pub mod monitor;
 pub mod wire;
 

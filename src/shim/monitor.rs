@@ -87,6 +87,8 @@ struct Shim {
     logs: HashMap<String, CriLogWriter>,
     /// Read ends of containers' stdout/stderr pipes.
     pipes: Vec<(OwnedFd, String, Stream)>,
+    /// ExecSync requests in flight.
+    execs: Vec<super::exec::PendingExec>,
 }
 
 fn now_ns() -> i64 {
@@ -101,6 +103,7 @@ fn reply_err(code: i32, e: impl std::fmt::Display) -> ShimResponse {
         error: e.to_string(),
         code,
         state: None,
+        exec: None,
     }
 }
 
@@ -139,6 +142,7 @@ impl Shim {
             error: String::new(),
             code: 0,
             state: self.state_of(id),
+            exec: None,
         }
     }
 
@@ -173,6 +177,10 @@ impl Shim {
                     let ids: Vec<&String> = self.containers.keys().collect();
                     reply_err(FAILED_PRECONDITION, format!("containers remain: {ids:?}"))
                 }
+            }
+            // Served asynchronously by serve_one; never reaches here.
+            Some(Request::Exec(x)) => {
+                reply_err(INTERNAL, format!("exec in {} was not started", x.id))
             }
             None => reply_err(INVALID, "empty request"),
         }
@@ -416,6 +424,10 @@ impl Shim {
             } else {
                 continue;
             };
+            if let Some(x) = self.execs.iter_mut().find(|x| x.pid == pid) {
+                x.exited(code);
+                continue;
+            }
             let dir = self.dir.clone();
             if let Some((id, e)) = self.containers.iter_mut().find(|(_, e)| e.pid == pid) {
                 let rec = ExitRecord {
@@ -440,10 +452,50 @@ impl Shim {
         let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
         let _ = conn.set_write_timeout(Some(Duration::from_secs(10)));
         let resp = match read_msg::<ShimRequest>(&mut conn) {
+            Ok(ShimRequest {
+                request: Some(Request::Exec(x)),
+            }) => {
+                match self.containers.get(&x.id).map(|e| e.status) {
+                    Some(Status::Running) => {}
+                    Some(_) => {
+                        let _ = write_msg(
+                            &mut conn,
+                            &reply_err(
+                                FAILED_PRECONDITION,
+                                format!("container {} is not running", x.id),
+                            ),
+                        );
+                        return;
+                    }
+                    None => {
+                        let _ = write_msg(
+                            &mut conn,
+                            &reply_err(NOT_FOUND, format!("container {} not found", x.id)),
+                        );
+                        return;
+                    }
+                }
+                match super::exec::start(&self.youki, &self.dir, &x, conn) {
+                    Ok(p) => self.execs.push(p),
+                    Err((e, mut conn)) => {
+                        let _ = write_msg(&mut conn, &reply_err(INTERNAL, e));
+                    }
+                }
+                return;
+            }
             Ok(req) => self.handle(req),
             Err(e) => reply_err(INVALID, format!("bad request: {e}")),
         };
         let _ = write_msg(&mut conn, &resp);
+    }
+
+    /// Drains exec pipes and answers the execs that are done.
+    fn poll_execs(&mut self) {
+        let now = std::time::Instant::now();
+        for x in self.execs.iter_mut() {
+            x.drain();
+        }
+        self.execs.retain_mut(|x| !x.poll(now));
     }
 }
 
@@ -527,6 +579,7 @@ pub fn run(dir: &Path) -> io::Result<()> {
         shutdown: false,
         logs: HashMap::new(),
         pipes: Vec::new(),
+        execs: Vec::new(),
     };
     listener.set_nonblocking(true)?;
     while !shim.shutdown {
@@ -538,7 +591,24 @@ pub fn run(dir: &Path) -> io::Result<()> {
             for (fd, _, _) in &shim.pipes {
                 fds.push(rustix::event::PollFd::new(fd, rustix::event::PollFlags::IN));
             }
-            match rustix::event::poll(&mut fds, None) {
+            for x in &shim.execs {
+                for fd in x.pipes.iter().flatten() {
+                    fds.push(rustix::event::PollFd::new(fd, rustix::event::PollFlags::IN));
+                }
+            }
+            let timeout = shim
+                .execs
+                .iter()
+                .filter_map(|x| x.wake_at())
+                .min()
+                .map(|at| {
+                    let d = at.saturating_duration_since(std::time::Instant::now());
+                    rustix::event::Timespec {
+                        tv_sec: d.as_secs() as i64,
+                        tv_nsec: d.subsec_nanos() as i64,
+                    }
+                });
+            match rustix::event::poll(&mut fds, timeout.as_ref()) {
                 Ok(_) | Err(rustix::io::Errno::INTR) => {}
                 Err(e) => return Err(e.into()),
             }
@@ -547,6 +617,7 @@ pub fn run(dir: &Path) -> io::Result<()> {
         if pipes_ready {
             shim.drain_logs(None);
         }
+        shim.poll_execs();
         let mut buf = [0u8; 64];
         while rustix::io::read(wake_r.as_fd(), &mut buf)
             .map(|n| n > 0)
@@ -559,6 +630,7 @@ pub fn run(dir: &Path) -> io::Result<()> {
                     let _ = conn.set_nonblocking(false);
                     shim.serve_one(conn);
                     shim.reap();
+                    shim.poll_execs();
                     // Keep the idle monitor small: return freed heap.
                     crate::sys::release_memory();
                 }

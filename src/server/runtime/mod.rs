@@ -8,6 +8,7 @@ mod container_reopen_log;
 mod container_start;
 mod container_status;
 mod container_stop;
+mod exec_sync;
 mod runtime_config;
 mod sandbox_list;
 mod sandbox_remove;
@@ -200,8 +201,13 @@ impl RuntimeService for Runtime {
         )
         .await
     }
-    async fn exec_sync(&self, _: Request<ExecSyncRequest>) -> Res<ExecSyncResponse> {
-        Err(not_yet("ExecSync", CONTAINERS))
+    async fn exec_sync(&self, r: Request<ExecSyncRequest>) -> Res<ExecSyncResponse> {
+        observe(
+            "ExecSync",
+            Op::Mutate,
+            exec_sync::handle(&self.state, r.into_inner()),
+        )
+        .await
     }
     async fn exec(&self, _: Request<ExecRequest>) -> Res<ExecResponse> {
         Err(not_yet("Exec", STREAMING))
