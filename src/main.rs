@@ -183,7 +183,7 @@ fn main() {
     let cli = Cli::parse();
     if let Cmd::Shim { dir } = &cli.cmd {
         // No async runtime here: the shim must stay single-threaded.
-        if let Err(e) = husk::shim::monitor::run(dir) {
+        if let Err(e) = husk::shim::process::run(dir) {
             eprintln!("husk shim: {e}");
             std::process::exit(1);
         }

@@ -2,6 +2,7 @@
 //! pod's sandbox into an OCI runtime spec.
 
 pub mod manager;
+mod ops;
 pub mod spec;
 pub mod user;
 

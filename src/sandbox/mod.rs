@@ -14,7 +14,9 @@
 
 pub mod files;
 pub mod manager;
+mod run;
 pub mod spec;
+mod teardown;
 pub mod validate;
 
 pub use manager::SandboxManager;

@@ -18,6 +18,7 @@
 pub mod client;
 pub mod exec;
 pub mod monitor;
+pub mod process;
 pub mod wire;
 
 /// Exit record written when a container's init is reaped.

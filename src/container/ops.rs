@@ -1,0 +1,213 @@
+//! StopContainer, RemoveContainer, ReopenContainerLog and ExecSync.
+
+use crate::api::shim::{
+    shim_request::Request, DeleteRequest, KillRequest, ReopenLogRequest, ShimRequest,
+};
+use crate::sandbox::SandboxError;
+use crate::shim::client;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::manager::*;
+
+impl ContainerManager {
+    /// StopContainer: the stop signal, then SIGKILL to every process after
+    /// `timeout`; idempotent; an unknown id is success.
+    pub async fn stop(self: &Arc<Self>, id: &str, timeout: Duration) -> Result<(), SandboxError> {
+        let Some(id) = self.resolve(id) else {
+            return Ok(());
+        };
+        let _l = self.locks.lock(&id).await;
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || this.stop_blocking(&id, timeout))
+            .await
+            .map_err(err)?
+    }
+
+    fn stop_blocking(&self, id: &str, timeout: Duration) -> Result<(), SandboxError> {
+        let Some(r) = self.refresh(id) else {
+            return Ok(());
+        };
+        if r.state != ContainerState::Running {
+            return Ok(());
+        }
+        let shim_dir = self.sandboxes.shim_dir(&r.sandbox_id);
+        let exited = |this: &Self| {
+            this.refresh(id)
+                .map(|r| r.state != ContainerState::Running)
+                .unwrap_or(true)
+        };
+        if !timeout.is_zero() {
+            let _ = shim_call(
+                &shim_dir,
+                Request::Kill(KillRequest {
+                    id: id.to_string(),
+                    signal: r.stop_signal,
+                    all: false,
+                }),
+            );
+            let deadline = Instant::now() + timeout;
+            while Instant::now() < deadline && !exited(self) {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        if !exited(self) {
+            let _ = shim_call(
+                &shim_dir,
+                Request::Kill(KillRequest {
+                    id: id.to_string(),
+                    signal: libc::SIGKILL,
+                    all: true,
+                }),
+            );
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline && !exited(self) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        tracing::info!(container_id = %id, "container stopped");
+        Ok(())
+    }
+
+    /// RemoveContainer: stops first; idempotent; an unknown id is success.
+    pub async fn remove(self: &Arc<Self>, id: &str) -> Result<(), SandboxError> {
+        let Some(id) = self.resolve(id) else {
+            return Ok(());
+        };
+        self.stop(&id, Duration::ZERO).await?;
+        let _l = self.locks.lock(&id).await;
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || this.remove_blocking(&id))
+            .await
+            .map_err(err)?
+    }
+
+    fn remove_blocking(&self, id: &str) -> Result<(), SandboxError> {
+        let Some(r) = self.get(id) else { return Ok(()) };
+        let shim_dir = self.sandboxes.shim_dir(&r.sandbox_id);
+        if client::pid(&shim_dir).is_some() {
+            match shim_call(
+                &shim_dir,
+                Request::Delete(DeleteRequest {
+                    id: id.to_string(),
+                    force: true,
+                }),
+            ) {
+                Ok(_) => {}
+                Err(e) if e.to_string().contains("not found") => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let dir = self.dir(id);
+        for m in crate::sys::mounts_under(&dir) {
+            rustix::mount::unmount(&m, rustix::mount::UnmountFlags::DETACH)
+                .map_err(|e| SandboxError::io("unmount container rootfs")(e.into()))?;
+        }
+        std::fs::remove_dir_all(&dir)
+            .or_else(|e| {
+                if e.kind() == std::io::ErrorKind::NotFound {
+                    Ok(())
+                } else {
+                    Err(e)
+                }
+            })
+            .map_err(SandboxError::io("remove container dir"))?;
+        let _ = std::fs::remove_file(shim_dir.join("exits").join(format!("{id}.json")));
+        let mut g = self.lock();
+        g.0.remove(id);
+        g.1.remove(&r.reserved_name(&r.sandbox_id));
+        tracing::info!(container_id = %id, "container removed");
+        Ok(())
+    }
+
+    /// ReopenContainerLog.
+    pub async fn reopen_log(self: &Arc<Self>, id: &str) -> Result<(), SandboxError> {
+        let r = self
+            .resolve(id)
+            .and_then(|i| self.refresh(&i))
+            .ok_or_else(|| SandboxError::NotFound(format!("container {id}")))?;
+        if r.state != ContainerState::Running {
+            return Err(SandboxError::Invalid(format!(
+                "container {id} is not running"
+            )));
+        }
+        let shim_dir = self.sandboxes.shim_dir(&r.sandbox_id);
+        let id = r.id.clone();
+        tokio::task::spawn_blocking(move || {
+            shim_call(&shim_dir, Request::ReopenLog(ReopenLogRequest { id }))
+        })
+        .await
+        .map_err(err)??;
+        Ok(())
+    }
+
+    /// ExecSync: runs `cmd` in the running container; output is bounded
+    /// (16 MiB per stream, a truncation is marked at the end of the
+    /// stream); on timeout the process is killed and DeadlineExceeded
+    /// returned, as the kubelet's exec probes expect.
+    pub async fn exec_sync(
+        self: &Arc<Self>,
+        id: &str,
+        cmd: Vec<String>,
+        timeout: Duration,
+    ) -> Result<(Vec<u8>, Vec<u8>, i32), SandboxError> {
+        let r = self
+            .resolve(id)
+            .and_then(|i| self.refresh(&i))
+            .ok_or_else(|| SandboxError::NotFound(format!("container {id}")))?;
+        if r.state != ContainerState::Running {
+            return Err(SandboxError::Invalid(format!(
+                "container {id} is not running"
+            )));
+        }
+        if cmd.is_empty() {
+            return Err(SandboxError::Invalid("cmd is required".into()));
+        }
+        let shim_dir = self.sandboxes.shim_dir(&r.sandbox_id);
+        let req = crate::api::shim::ExecRequest {
+            id: r.id.clone(),
+            args: cmd,
+            timeout_ms: timeout.as_millis() as i64,
+            max_output: 0,
+        };
+        let wait = if timeout.is_zero() {
+            Duration::from_secs(24 * 3600)
+        } else {
+            timeout + Duration::from_secs(30)
+        };
+        let resp = tokio::task::spawn_blocking(move || {
+            client::call(
+                &shim_dir,
+                &ShimRequest {
+                    request: Some(Request::Exec(req)),
+                },
+                wait,
+            )
+        })
+        .await
+        .map_err(err)?
+        .map_err(|e| SandboxError::Shim(e.to_string()))?;
+        if !resp.error.is_empty() {
+            return Err(SandboxError::Shim(resp.error));
+        }
+        let x = resp
+            .exec
+            .ok_or_else(|| SandboxError::Shim("exec answered without a result".into()))?;
+        if x.timed_out {
+            return Err(SandboxError::Timeout(format!(
+                "command timed out after {timeout:?} and was killed"
+            )));
+        }
+        let mark = |mut v: Vec<u8>, t: bool| {
+            if t {
+                v.extend_from_slice(b"\n[husk: output truncated at 16 MiB]\n");
+            }
+            v
+        };
+        Ok((
+            mark(x.stdout, x.stdout_truncated),
+            mark(x.stderr, x.stderr_truncated),
+            x.exit_code,
+        ))
+    }
+}

@@ -1,0 +1,446 @@
+//! RunPodSandbox: the transactional create (each step pushes its undo;
+//! a failure unwinds them in reverse), CNI ADD in parallel with the pause.
+
+use super::{files, spec, validate, SandboxError};
+use crate::api::cri::{NamespaceMode, PodSandboxConfig};
+use crate::api::shim::{shim_request::Request, DeleteRequest, ShutdownRequest};
+use crate::network::cni::{Attachment, Cni, NetworkList};
+use crate::network::netns::{self, Kind as NsKind};
+use crate::shim::client;
+use crate::store::atomic;
+use prost::Message;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::manager::*;
+use super::teardown::wait_gone;
+
+/// What a CNI ADD thread hands back: the result and what DEL needs.
+type CniOutcome = (serde_json::Value, Cni, NetworkList, Attachment);
+type CniJob = std::thread::JoinHandle<Result<CniOutcome, SandboxError>>;
+
+/// One undo step: what it undoes, and how.
+type UndoStep = (&'static str, Box<dyn FnOnce() + Send>);
+
+/// Undo steps of a RunPodSandbox in progress, run in reverse on failure.
+#[derive(Default)]
+struct Undo(Vec<UndoStep>);
+
+impl Undo {
+    fn push(&mut self, what: &'static str, f: impl FnOnce() + Send + 'static) {
+        self.0.push((what, Box::new(f)));
+    }
+    fn unwind(self) {
+        for (what, f) in self.0.into_iter().rev() {
+            tracing::debug!(step = what, "unwinding");
+            f();
+        }
+    }
+    fn commit(mut self) {
+        self.0.clear();
+    }
+}
+
+fn mode(c: &PodSandboxConfig) -> (NamespaceMode, NamespaceMode, NamespaceMode) {
+    let ns = c
+        .linux
+        .as_ref()
+        .and_then(|l| l.security_context.as_ref())
+        .and_then(|s| s.namespace_options.clone())
+        .unwrap_or_default();
+    let m = |v: i32| NamespaceMode::try_from(v).unwrap_or(NamespaceMode::Pod);
+    (m(ns.network), m(ns.pid), m(ns.ipc))
+}
+
+/// `uid[:gid]` from an image's User (names fall back to 0).
+fn image_user(user: &str) -> (u32, u32) {
+    let mut parts = user.split(':');
+    let uid = parts.next().and_then(|u| u.parse().ok()).unwrap_or(0);
+    let gid = parts.next().and_then(|g| g.parse().ok()).unwrap_or(uid);
+    (uid, gid)
+}
+
+impl SandboxManager {
+    /// RunPodSandbox.
+    pub async fn run(
+        self: &Arc<Self>,
+        config: PodSandboxConfig,
+        runtime_handler: String,
+    ) -> Result<String, SandboxError> {
+        validate::config(&config).map_err(SandboxError::Invalid)?;
+        let md = config.metadata.clone().unwrap_or_default();
+        let name = format!("{}_{}_{}_{}", md.name, md.namespace, md.uid, md.attempt);
+        let id = format!("{:032x}", rand::random::<u128>());
+        {
+            let mut inner = self.lock_inner();
+            if let Some(existing) = inner.names.get(&name) {
+                return Err(SandboxError::NameReserved {
+                    name,
+                    id: existing.clone(),
+                });
+            }
+            inner.names.insert(name.clone(), id.clone());
+        }
+        let release = |m: &SandboxManager| {
+            m.lock_inner().names.remove(&name);
+        };
+        let image = match self.images.find(&self.paths.sandbox_image) {
+            Some(r) => Ok(r),
+            None => {
+                self.images
+                    .pull(&self.paths.sandbox_image, &Default::default())
+                    .await
+            }
+        };
+        let image = match image {
+            Ok(i) => i,
+            Err(e) => {
+                release(self);
+                return Err(e.into());
+            }
+        };
+        let _lock = self.locks.lock(&id).await;
+        let this = self.clone();
+        let id2 = id.clone();
+        let created = tokio::task::spawn_blocking(move || {
+            this.create(&id2, &config, &image, runtime_handler)
+        })
+        .await
+        .map_err(|e| SandboxError::Shim(format!("create task: {e}")))?;
+        match created {
+            Ok(rec) => {
+                tracing::info!(pod_sandbox_id = %id, pod = %name, ips = ?rec.ips, "pod sandbox ready");
+                Ok(id)
+            }
+            Err(e) => {
+                release(self);
+                Err(e)
+            }
+        }
+    }
+
+    fn create(
+        &self,
+        id: &str,
+        c: &PodSandboxConfig,
+        image: &crate::image::ImageRecord,
+        runtime_handler: String,
+    ) -> Result<SandboxRecord, SandboxError> {
+        let mut undo = Undo::default();
+        let r = self.create_steps(id, c, image, runtime_handler, &mut undo);
+        match r {
+            Ok(rec) => {
+                undo.commit();
+                Ok(rec)
+            }
+            Err(e) => {
+                tracing::warn!(pod_sandbox_id = %id, error = %e, "RunPodSandbox failed; unwinding");
+                undo.unwind();
+                Err(e)
+            }
+        }
+    }
+
+    fn create_steps(
+        &self,
+        id: &str,
+        c: &PodSandboxConfig,
+        image: &crate::image::ImageRecord,
+        runtime_handler: String,
+        undo: &mut Undo,
+    ) -> Result<SandboxRecord, SandboxError> {
+        let t0 = Instant::now();
+        let mut steps: Vec<(&str, Duration)> = Vec::new();
+        let md = c.metadata.clone().unwrap_or_default();
+        let (net_mode, pid_mode, ipc_mode) = mode(c);
+        let host_net = net_mode == NamespaceMode::Node;
+        let host_ipc = ipc_mode == NamespaceMode::Node;
+        let dir = self.sandbox_dir(id);
+        let shim_dir = self.shim_dir(id);
+        std::fs::create_dir_all(&dir).map_err(SandboxError::io("create sandbox dir"))?;
+        {
+            let d = dir.clone();
+            undo.push("sandbox dir", move || {
+                let _ = std::fs::remove_dir_all(d);
+            });
+        }
+        std::fs::write(dir.join("config.pb"), c.encode_to_vec())
+            .map_err(SandboxError::io("save sandbox config"))?;
+
+        // Namespaces, pinned.
+        let hostname = if host_net {
+            rustix::system::uname()
+                .nodename()
+                .to_string_lossy()
+                .into_owned()
+        } else if c.hostname.is_empty() {
+            md.name.clone()
+        } else {
+            c.hostname.clone()
+        };
+        let pin = |kind: NsKind,
+                   undo: &mut Undo,
+                   hostname: Option<&str>|
+         -> Result<PathBuf, SandboxError> {
+            let p = netns::pin_path(&self.paths.state, kind, id);
+            netns::create(kind, &p, hostname)
+                .map_err(SandboxError::io(format!("create {kind:?} namespace")))?;
+            let q = p.clone();
+            undo.push("namespace pin", move || {
+                let _ = netns::remove(&q);
+            });
+            Ok(p)
+        };
+        {
+            let d = self.paths.state.join("ns").join(id);
+            undo.push("namespace dir", move || {
+                let _ = std::fs::remove_dir(d);
+            });
+        }
+        let netns_path = if host_net {
+            None
+        } else {
+            Some(pin(NsKind::Net, undo, None)?)
+        };
+        if let Some(p) = &netns_path {
+            netns::loopback_up(p).map_err(SandboxError::io("bring lo up"))?;
+        }
+        let utsns = if host_net {
+            None
+        } else {
+            Some(pin(NsKind::Uts, undo, Some(&hostname))?)
+        };
+        let ipcns = if host_ipc {
+            None
+        } else {
+            Some(pin(NsKind::Ipc, undo, None)?)
+        };
+
+        steps.push(("namespaces", t0.elapsed()));
+        // /dev/shm for the pod.
+        let shm = if host_ipc {
+            None
+        } else {
+            let p = dir.join("shm");
+            std::fs::create_dir_all(&p).map_err(SandboxError::io("create shm dir"))?;
+            rustix::mount::mount(
+                "shm",
+                &p,
+                "tmpfs",
+                rustix::mount::MountFlags::NOSUID
+                    | rustix::mount::MountFlags::NODEV
+                    | rustix::mount::MountFlags::NOEXEC,
+                c"mode=1777,size=65536k",
+            )
+            .map_err(|e| SandboxError::io("mount shm")(e.into()))?;
+            let q = p.clone();
+            undo.push("shm mount", move || {
+                let _ = rustix::mount::unmount(&q, rustix::mount::UnmountFlags::DETACH);
+            });
+            Some(p)
+        };
+
+        steps.push(("shm", t0.elapsed()));
+        // The pause container's bundle: an overlay of the pause image.
+        let bundle = dir.join("bundle");
+        let rootfs = bundle.join("rootfs");
+        for d in ["rootfs", "upper", "work"] {
+            std::fs::create_dir_all(bundle.join(d)).map_err(SandboxError::io("create bundle"))?;
+        }
+        let lower: Vec<String> = self
+            .images
+            .layer_dirs(image)?
+            .iter()
+            .rev()
+            .map(|p| p.display().to_string())
+            .collect();
+        let opts = format!(
+            "lowerdir={},upperdir={},workdir={}",
+            lower.join(":"),
+            bundle.join("upper").display(),
+            bundle.join("work").display()
+        );
+        crate::sys::mount_overlay(&rootfs, &opts)
+            .map_err(SandboxError::io("mount pause rootfs"))?;
+        {
+            let q = rootfs.clone();
+            undo.push("rootfs mount", move || {
+                let _ = rustix::mount::unmount(&q, rustix::mount::UnmountFlags::DETACH);
+            });
+        }
+        let img_cfg: crate::image::manifest::ImageConfig =
+            serde_json::from_slice(&self.images.config_json(image)?)
+                .map_err(|e| SandboxError::Invalid(format!("pause image config: {e}")))?;
+        let defaults = img_cfg.config.unwrap_or_default();
+        let mut args = defaults.entrypoint.unwrap_or_default();
+        args.extend(defaults.cmd.unwrap_or_default());
+        if args.is_empty() {
+            return Err(SandboxError::Invalid(format!(
+                "sandbox image {} has no entrypoint or command",
+                self.paths.sandbox_image
+            )));
+        }
+        let mut env = defaults.env.unwrap_or_default();
+        if !env.iter().any(|e| e.starts_with("PATH=")) {
+            env.push("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into());
+        }
+        let sc = c
+            .linux
+            .as_ref()
+            .and_then(|l| l.security_context.clone())
+            .unwrap_or_default();
+        let (mut uid, mut gid) = image_user(defaults.user.as_deref().unwrap_or(""));
+        if let Some(u) = sc.run_as_user {
+            uid = u.value as u32;
+        }
+        if let Some(g) = sc.run_as_group {
+            gid = g.value as u32;
+        }
+        let parent = c
+            .linux
+            .as_ref()
+            .map(|l| l.cgroup_parent.clone())
+            .filter(|p| !p.is_empty())
+            .unwrap_or_else(|| "/husk".into());
+        let cgroups_path = format!("{}/{id}", parent.trim_end_matches('/'));
+        let mut sysctls: Vec<(String, String)> = c
+            .linux
+            .as_ref()
+            .map(|l| l.sysctls.clone().into_iter().collect())
+            .unwrap_or_default();
+        sysctls.sort();
+        let config = spec::pause(&spec::PauseSpec {
+            args,
+            env,
+            uid,
+            gid,
+            readonly_rootfs: sc.readonly_rootfs,
+            cgroups_path: cgroups_path.clone(),
+            netns: netns_path.as_deref(),
+            ipcns: ipcns.as_deref(),
+            utsns: utsns.as_deref(),
+            own_pid_ns: pid_mode != NamespaceMode::Node,
+            sysctls,
+            oom_score_adj: spec::clamp_oom_score_adj(-998),
+            shm: shm.as_deref(),
+        });
+        atomic::write_json(&bundle.join("config.json"), &config)
+            .map_err(SandboxError::io("write pause config"))?;
+
+        steps.push(("bundle", t0.elapsed()));
+        // Files the containers will share.
+        files::write_all(&dir, c.dns_config.as_ref(), &hostname, None)
+            .map_err(SandboxError::io("write pod files"))?;
+
+        steps.push(("files", t0.elapsed()));
+        // CNI ADD runs on its own thread while the shim starts the pause
+        // container: both need only the pinned netns. A failure anywhere
+        // before the join still joins it and undoes the ADD.
+        let cni_job: Arc<Mutex<Option<CniJob>>> = Arc::new(Mutex::new(None));
+        if let Some(ns) = &netns_path {
+            let net = NetworkList::load_first(&self.paths.cni_conf_dir)?.ok_or_else(|| {
+                crate::network::cni::CniError::NoConfig(self.paths.cni_conf_dir.clone())
+            })?;
+            let cni = self.cni();
+            let att = self.attachment(id, ns, &md, c);
+            let handle = std::thread::spawn(move || -> Result<CniOutcome, SandboxError> {
+                let result = cni.add(&net, &att)?;
+                Ok((result, cni, net, att))
+            });
+            *cni_job.lock().unwrap_or_else(|p| p.into_inner()) = Some(handle);
+            let job = cni_job.clone();
+            undo.push("pending cni", move || {
+                let pending = job.lock().unwrap_or_else(|p| p.into_inner()).take();
+                if let Some(Ok(Ok((_, cni, net, att)))) = pending.map(|h| h.join()) {
+                    let _ = cni.del(&net, &att);
+                }
+            });
+        }
+        // The shim, then the pause container in it.
+        client::spawn(&self.paths.exe, &shim_dir).map_err(|e| SandboxError::Shim(e.to_string()))?;
+        {
+            let d = shim_dir.clone();
+            let id = id.to_string();
+            undo.push("shim", move || {
+                let _ = shim_call(&d, Request::Delete(DeleteRequest { id, force: true }));
+                let _ = shim_call(&d, Request::Shutdown(ShutdownRequest {}));
+                wait_gone(&d, Duration::from_secs(5));
+                let _ = std::fs::remove_dir_all(&d);
+            });
+        }
+        steps.push(("shim", t0.elapsed()));
+        shim_call(
+            &shim_dir,
+            Request::Create(crate::api::shim::CreateRequest {
+                id: id.to_string(),
+                bundle: bundle.display().to_string(),
+                stdout_path: String::new(),
+                stderr_path: String::new(),
+                ..Default::default()
+            }),
+        )?;
+        let started = shim_call(
+            &shim_dir,
+            Request::Start(crate::api::shim::StartRequest { id: id.to_string() }),
+        )?;
+        steps.push(("pause", t0.elapsed()));
+        let pause_pid = started.state.map(|s| s.pid).unwrap_or(0);
+
+        // Network: the CNI ADD started above, joined now.
+        let mut ips = Vec::new();
+        let mut cni_conf = None;
+        let pending = cni_job.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(job) = pending {
+            let (result, cni, net, att) = job
+                .join()
+                .map_err(|_| SandboxError::Shim("CNI thread panicked".into()))??;
+            {
+                let (cni, net, att) = (cni.clone(), net.clone(), att.clone());
+                undo.push("cni", move || {
+                    let _ = cni.del(&net, &att);
+                });
+            }
+            ips = crate::network::cni::pod_ips(&result);
+            cni_conf = Some(net.file.clone());
+            files::write_all(
+                &dir,
+                c.dns_config.as_ref(),
+                &hostname,
+                ips.first().map(String::as_str),
+            )
+            .map_err(SandboxError::io("write pod files"))?;
+        }
+
+        steps.push(("cni", t0.elapsed()));
+        let rec = SandboxRecord {
+            version: RECORD_VERSION,
+            id: id.to_string(),
+            name: md.name.clone(),
+            namespace: md.namespace.clone(),
+            uid: md.uid.clone(),
+            attempt: md.attempt,
+            state: SandboxState::Ready,
+            created_at: now_ns(),
+            ips,
+            netns: netns_path,
+            ipcns,
+            utsns,
+            shm,
+            network_mode: net_mode as i32,
+            pid_mode: pid_mode as i32,
+            ipc_mode: ipc_mode as i32,
+            labels: c.labels.clone().into_iter().collect(),
+            annotations: c.annotations.clone().into_iter().collect(),
+            runtime_handler,
+            cni_conf,
+            pause_pid,
+            hostname,
+            log_directory: c.log_directory.clone(),
+            cgroups_path,
+        };
+        self.write_record(&rec)?;
+        tracing::debug!(pod_sandbox_id = %id, ?steps, "sandbox created");
+        Ok(rec)
+    }
+}

@@ -1,0 +1,183 @@
+//! StopPodSandbox and RemovePodSandbox: idempotent teardown (CNI DEL in
+//! parallel with the pause kill; a fresh shim cleans up after a killed one).
+
+use super::SandboxError;
+use crate::api::shim::{
+    shim_request::Request, DeleteRequest, KillRequest, ShimResponse, ShutdownRequest, StateRequest,
+};
+use crate::network::cni::NetworkList;
+use crate::network::netns::{self};
+use crate::shim::client;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::manager::*;
+
+impl SandboxManager {
+    /// StopPodSandbox: idempotent; an unknown id is success.
+    pub async fn stop(self: &Arc<Self>, id: &str) -> Result<(), SandboxError> {
+        let Some(id) = self.resolve(id) else {
+            return Ok(());
+        };
+        let _lock = self.locks.lock(&id).await;
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || this.stop_blocking(&id))
+            .await
+            .map_err(|e| SandboxError::Shim(format!("stop task: {e}")))?
+    }
+
+    fn stop_blocking(&self, id: &str) -> Result<(), SandboxError> {
+        let Some(mut rec) = self.get(id) else {
+            return Ok(());
+        };
+        let t0 = Instant::now();
+        let shim_dir = self.shim_dir(id);
+        // CNI DEL and the pause kill are independent: run them together.
+        std::thread::scope(|scope| -> Result<(), SandboxError> {
+            let del = scope.spawn(|| -> Result<(), SandboxError> {
+                if let Some(ns) = &rec.netns {
+                    let c = self.saved_config(id);
+                    let md = c.metadata.clone().unwrap_or_default();
+                    let net = match rec.cni_conf.as_ref().filter(|p| p.exists()) {
+                        Some(p) => Some(NetworkList::load(p)?),
+                        None => NetworkList::load_first(&self.paths.cni_conf_dir)?,
+                    };
+                    if let Some(net) = net {
+                        self.cni().del(&net, &self.attachment(id, ns, &md, &c))?;
+                    }
+                }
+                Ok(())
+            });
+            if client::pid(&shim_dir).is_some() {
+                let _ = shim_call(
+                    &shim_dir,
+                    Request::Kill(KillRequest {
+                        id: id.to_string(),
+                        signal: libc::SIGKILL,
+                        all: true,
+                    }),
+                );
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while Instant::now() < deadline {
+                    match shim_call(
+                        &shim_dir,
+                        Request::State(StateRequest { id: id.to_string() }),
+                    ) {
+                        Ok(r)
+                            if r.state
+                                .as_ref()
+                                .map(|s| s.status != "running" && s.status != "created")
+                                .unwrap_or(true) =>
+                        {
+                            break
+                        }
+                        Err(_) => break,
+                        _ => std::thread::sleep(Duration::from_millis(1)),
+                    }
+                }
+            }
+            let killed = t0.elapsed();
+            let r = del
+                .join()
+                .map_err(|_| SandboxError::Shim("CNI DEL thread panicked".into()))?;
+            tracing::debug!(pod_sandbox_id = %id, ?killed, cni = ?t0.elapsed(), "pause killed, network detached");
+            r
+        })?;
+        if let Some(shm) = &rec.shm {
+            match rustix::mount::unmount(shm, rustix::mount::UnmountFlags::DETACH) {
+                Ok(()) | Err(rustix::io::Errno::INVAL) | Err(rustix::io::Errno::NOENT) => {}
+                Err(e) => return Err(SandboxError::io("unmount shm")(e.into())),
+            }
+        }
+        if rec.state != SandboxState::NotReady {
+            rec.state = SandboxState::NotReady;
+            self.write_record(&rec)?;
+            tracing::info!(pod_sandbox_id = %id, ms = t0.elapsed().as_secs_f64() * 1e3, "pod sandbox stopped");
+        }
+        Ok(())
+    }
+
+    /// RemovePodSandbox: stops first; idempotent; an unknown id is success.
+    pub async fn remove(self: &Arc<Self>, id: &str) -> Result<(), SandboxError> {
+        let Some(id) = self.resolve(id) else {
+            return Ok(());
+        };
+        self.stop(&id).await?;
+        let _lock = self.locks.lock(&id).await;
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || this.remove_blocking(&id))
+            .await
+            .map_err(|e| SandboxError::Shim(format!("remove task: {e}")))?
+    }
+
+    fn remove_blocking(&self, id: &str) -> Result<(), SandboxError> {
+        let Some(rec) = self.get(id) else {
+            return Ok(());
+        };
+        let shim_dir = self.shim_dir(id);
+        let t0 = Instant::now();
+        let mut steps: Vec<(&str, Duration)> = Vec::new();
+        tracing::debug!(pod_sandbox_id = %id, shim = ?client::pid(&shim_dir), state = shim_dir.join("youki").join(id).exists(), "removing");
+        if client::pid(&shim_dir).is_none() && shim_dir.join("youki").join(id).exists() {
+            // The shim is gone (killed): a fresh one cleans its containers up.
+            client::spawn(&self.paths.exe, &shim_dir)
+                .map_err(|e| SandboxError::Shim(e.to_string()))?;
+        }
+        if client::pid(&shim_dir).is_some() {
+            shim_call(
+                &shim_dir,
+                Request::Delete(DeleteRequest {
+                    id: id.to_string(),
+                    force: true,
+                }),
+            )
+            .or_else(|e| {
+                if e.to_string().contains("not found") {
+                    Ok(ShimResponse::default())
+                } else {
+                    Err(e)
+                }
+            })?;
+            shim_call(&shim_dir, Request::Shutdown(ShutdownRequest {}))?;
+            wait_gone(&shim_dir, Duration::from_secs(10));
+        }
+        steps.push(("shim", t0.elapsed()));
+        let dir = self.sandbox_dir(id);
+        let rootfs = dir.join("bundle").join("rootfs");
+        for m in crate::sys::mounts_under(&dir) {
+            rustix::mount::unmount(&m, rustix::mount::UnmountFlags::DETACH)
+                .map_err(|e| SandboxError::io(format!("unmount {}", m.display()))(e.into()))?;
+        }
+        let _ = rootfs;
+        steps.push(("unmount", t0.elapsed()));
+        for p in [&rec.netns, &rec.ipcns, &rec.utsns].into_iter().flatten() {
+            netns::remove(p).map_err(SandboxError::io("remove namespace pin"))?;
+        }
+        let _ = std::fs::remove_dir(self.paths.state.join("ns").join(id));
+        steps.push(("namespaces", t0.elapsed()));
+        let _ = std::fs::remove_dir_all(&shim_dir);
+        std::fs::remove_dir_all(&dir)
+            .or_else(|e| {
+                if e.kind() == std::io::ErrorKind::NotFound {
+                    Ok(())
+                } else {
+                    Err(e)
+                }
+            })
+            .map_err(SandboxError::io("remove sandbox dir"))?;
+        let mut inner = self.lock_inner();
+        inner.records.remove(id);
+        inner.names.remove(&rec.reserved_name());
+        tracing::info!(pod_sandbox_id = %id, ms = t0.elapsed().as_secs_f64() * 1e3, ?steps, "pod sandbox removed");
+        Ok(())
+    }
+}
+
+/// Waits until the shim in `dir` has exited.
+pub(super) fn wait_gone(dir: &Path, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    while client::pid(dir).is_some() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}

@@ -1,0 +1,175 @@
+//! The shim process: fork away from the server, become a subreaper, and
+//! run the single-threaded loop (API socket, SIGCHLD self-pipe, container
+//! log pipes, exec pipes) until asked to shut down.
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::{AsFd, AsRawFd};
+use std::os::unix::net::UnixListener;
+use std::path::Path;
+use std::sync::atomic::{AtomicI32, Ordering};
+
+use super::monitor::*;
+
+/// The write end of the SIGCHLD self-pipe.
+static WAKE_FD: AtomicI32 = AtomicI32::new(-1);
+
+extern "C" fn on_sigchld(_: libc::c_int) {
+    let fd = WAKE_FD.load(Ordering::Relaxed);
+    if fd >= 0 {
+        let b = 1u8;
+        // SAFETY: write(2) is async-signal-safe; the pipe is non-blocking,
+        // so a full pipe just drops the byte (a wake-up is already pending).
+        unsafe {
+            libc::write(fd, (&b as *const u8).cast(), 1);
+        }
+    }
+}
+
+fn redirect_stdio(log: &Path) -> io::Result<()> {
+    let null = File::open("/dev/null")?;
+    let log = OpenOptions::new().create(true).append(true).open(log)?;
+    // SAFETY: dup2 onto the standard descriptors with valid open fds.
+    unsafe {
+        libc::dup2(null.as_raw_fd(), 0);
+        libc::dup2(log.as_raw_fd(), 1);
+        libc::dup2(log.as_raw_fd(), 2);
+    }
+    Ok(())
+}
+
+/// Runs the shim for the sandbox state dir `dir`. Returns only in the
+/// parent (right after the monitor has forked off), or on a setup error.
+pub fn run(dir: &Path) -> io::Result<()> {
+    std::fs::create_dir_all(dir.join("exits"))?;
+    let sock = dir.join("shim.sock");
+    let _ = std::fs::remove_file(&sock);
+    let listener = UnixListener::bind(&sock)?;
+    let (wake_r, wake_w) = rustix::pipe::pipe_with(
+        rustix::pipe::PipeFlags::CLOEXEC | rustix::pipe::PipeFlags::NONBLOCK,
+    )?;
+    let (ready_r, ready_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+
+    // SAFETY: the process is single-threaded here (no runtime was started),
+    // so fork is safe; the child only continues this function.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if pid > 0 {
+        // Return (and exit) only once the monitor is ready to serve.
+        drop(ready_w);
+        let mut b = [0u8; 1];
+        return match rustix::io::read(&ready_r, &mut b) {
+            Ok(1) => Ok(()),
+            _ => Err(io::Error::other(
+                "the shim monitor failed to start (see shim.log)",
+            )),
+        };
+    }
+    drop(ready_r);
+    // The monitor: its own session, reparented away from the server.
+    rustix::process::setsid()?;
+    // SAFETY: prctl(PR_SET_CHILD_SUBREAPER, 1) has no memory effects.
+    unsafe {
+        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+    }
+    std::env::set_current_dir("/")?;
+    redirect_stdio(&dir.join("shim.log"))?;
+    // libcontainer reports why a create failed through `tracing`.
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_max_level(tracing::Level::WARN)
+        .with_ansi(false)
+        .try_init();
+    WAKE_FD.store(wake_w.as_raw_fd(), Ordering::Relaxed);
+    // SAFETY: installing an async-signal-safe handler for SIGCHLD.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_sigchld as *const () as usize;
+        sa.sa_flags = libc::SA_RESTART | libc::SA_NOCLDSTOP;
+        libc::sigemptyset(&mut sa.sa_mask);
+        libc::sigaction(libc::SIGCHLD, &sa, std::ptr::null_mut());
+    }
+    crate::store::atomic::write_file(
+        &dir.join("shim.pid"),
+        std::process::id().to_string().as_bytes(),
+    )?;
+    crate::store::atomic::write_file(&dir.join("address"), sock.display().to_string().as_bytes())?;
+    rustix::io::write(&ready_w, b"1")?;
+    drop(ready_w);
+
+    let mut shim = Shim {
+        dir: dir.to_path_buf(),
+        youki: dir.join("youki"),
+        containers: HashMap::new(),
+        shutdown: false,
+        logs: HashMap::new(),
+        pipes: Vec::new(),
+        execs: Vec::new(),
+    };
+    listener.set_nonblocking(true)?;
+    while !shim.shutdown {
+        let pipes_ready = {
+            let mut fds = vec![
+                rustix::event::PollFd::new(&listener, rustix::event::PollFlags::IN),
+                rustix::event::PollFd::new(&wake_r, rustix::event::PollFlags::IN),
+            ];
+            for (fd, _, _) in &shim.pipes {
+                fds.push(rustix::event::PollFd::new(fd, rustix::event::PollFlags::IN));
+            }
+            for x in &shim.execs {
+                for fd in x.pipes.iter().flatten() {
+                    fds.push(rustix::event::PollFd::new(fd, rustix::event::PollFlags::IN));
+                }
+            }
+            let timeout = shim
+                .execs
+                .iter()
+                .filter_map(|x| x.wake_at())
+                .min()
+                .map(|at| {
+                    let d = at.saturating_duration_since(std::time::Instant::now());
+                    rustix::event::Timespec {
+                        tv_sec: d.as_secs() as i64,
+                        tv_nsec: d.subsec_nanos() as i64,
+                    }
+                });
+            match rustix::event::poll(&mut fds, timeout.as_ref()) {
+                Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                Err(e) => return Err(e.into()),
+            }
+            fds[2..].iter().any(|f| !f.revents().is_empty())
+        };
+        if pipes_ready {
+            shim.drain_logs(None);
+        }
+        shim.poll_execs();
+        let mut buf = [0u8; 64];
+        while rustix::io::read(wake_r.as_fd(), &mut buf)
+            .map(|n| n > 0)
+            .unwrap_or(false)
+        {}
+        shim.reap();
+        loop {
+            match listener.accept() {
+                Ok((conn, _)) => {
+                    let _ = conn.set_nonblocking(false);
+                    shim.serve_one(conn);
+                    shim.reap();
+                    shim.poll_execs();
+                    // Keep the idle monitor small: return freed heap.
+                    crate::sys::release_memory();
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    let _ = std::fs::remove_file(&sock);
+    let _ = std::fs::remove_file(dir.join("address"));
+    let _ = std::fs::remove_file(dir.join("shim.pid"));
+    std::process::exit(0);
+}
