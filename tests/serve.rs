@@ -146,9 +146,9 @@ async fn socket_runtime_rpcs_and_shutdown() {
     );
 
     // An RPC of a later part answers Unimplemented, naming itself.
-    let e = rt.exec_sync(ExecSyncRequest::default()).await.unwrap_err();
+    let e = rt.attach(AttachRequest::default()).await.unwrap_err();
     assert_eq!(e.code(), tonic::Code::Unimplemented);
-    assert!(e.message().contains("ExecSync"), "{}", e.message());
+    assert!(e.message().contains("Attach"), "{}", e.message());
     // An unknown container is NotFound; a container without config is InvalidArgument.
     let e = rt
         .container_status(ContainerStatusRequest {
