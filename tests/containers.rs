@@ -628,3 +628,119 @@ async fn exec_sync_output_exit_code_timeout_and_no_zombies() {
     .unwrap();
     assert_eq!(leftovers(&p), Vec::<String>::new());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn containers_survive_a_server_kill_and_a_killed_shim() {
+    if !common::require_root() {
+        return;
+    }
+    let mut p = setup(vec![]).await;
+    let image = app_image(&p).await;
+    let pc = pod_config(&p, "recover");
+    let pod = run(&p.h, pc.clone()).await.unwrap();
+    let long = create_start(
+        &p.h,
+        &pod,
+        &pc,
+        ccfg(
+            &image,
+            "long",
+            &[
+                "/bin/sh",
+                "-c",
+                "i=0; while true; do i=$((i+1)); echo tick$i; sleep 0.05; done",
+            ],
+            &[],
+        ),
+    )
+    .await;
+    let short = create_start(
+        &p.h,
+        &pod,
+        &pc,
+        ccfg(&image, "short", &["/bin/sh", "-c", "sleep 1; exit 7"], &[]),
+    )
+    .await;
+
+    // kill -9 the server; `short` exits while it is down.
+    p.h.kill9();
+    let before = log_lines(&pc, "long").len();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        log_lines(&pc, "long").len() > before,
+        "the container keeps logging without the server"
+    );
+    let t = Instant::now();
+    p.h.spawn().await;
+    let list =
+        p.h.runtime()
+            .await
+            .list_containers(ListContainersRequest::default())
+            .await
+            .unwrap()
+            .into_inner()
+            .containers;
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "listed soon after restart"
+    );
+    let state = |id: &str| list.iter().find(|c| c.id == id).map(|c| c.state).unwrap();
+    assert_eq!(state(&long), ContainerState::ContainerRunning as i32);
+    assert_eq!(state(&short), ContainerState::ContainerExited as i32);
+    let st = wait_exit(&p.h, &short).await;
+    assert_eq!(
+        (st.exit_code, st.reason.as_str()),
+        (7, "Error"),
+        "the real exit code, recorded while husk was down"
+    );
+    assert!(st.finished_at > st.started_at);
+
+    // kill -9 the pod's shim: its running container is reported honestly.
+    let shim: i32 =
+        std::fs::read_to_string(p.h.dir.path().join("run/s").join(&pod).join("shim.pid"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(shim).unwrap(),
+        rustix::process::Signal::KILL,
+    )
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let st =
+        p.h.runtime()
+            .await
+            .container_status(ContainerStatusRequest {
+                container_id: long.clone(),
+                verbose: false,
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .status
+            .unwrap();
+    assert_eq!(st.state, ContainerState::ContainerUnknown as i32, "{st:?}");
+    assert!(!st.message.is_empty());
+
+    // It can still be stopped and removed, and then nothing is left.
+    let mut rt = p.h.runtime().await;
+    rt.remove_container(RemoveContainerRequest {
+        container_id: long.clone(),
+    })
+    .await
+    .unwrap();
+    rt.remove_pod_sandbox(RemovePodSandboxRequest {
+        pod_sandbox_id: pod,
+    })
+    .await
+    .unwrap();
+    let before = log_lines(&pc, "long").len();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        log_lines(&pc, "long").len(),
+        before,
+        "the container is gone (no more log lines)"
+    );
+    assert_eq!(leftovers(&p), Vec::<String>::new());
+}

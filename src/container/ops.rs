@@ -85,6 +85,8 @@ impl ContainerManager {
     fn remove_blocking(&self, id: &str) -> Result<(), SandboxError> {
         let Some(r) = self.get(id) else { return Ok(()) };
         let shim_dir = self.sandboxes.shim_dir(&r.sandbox_id);
+        // A killed shim left the container running: a fresh one removes it.
+        self.sandboxes.ensure_shim(&r.sandbox_id, id)?;
         if client::pid(&shim_dir).is_some() {
             match shim_call(
                 &shim_dir,

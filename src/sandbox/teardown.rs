@@ -15,6 +15,17 @@ use std::time::{Duration, Instant};
 use super::manager::*;
 
 impl SandboxManager {
+    /// When the pod's shim is gone (killed) but container `container` still
+    /// has libcontainer state, starts a fresh shim to clean it up.
+    pub fn ensure_shim(&self, sandbox_id: &str, container: &str) -> Result<(), SandboxError> {
+        let shim_dir = self.shim_dir(sandbox_id);
+        if client::pid(&shim_dir).is_none() && shim_dir.join("youki").join(container).exists() {
+            client::spawn(&self.paths.exe, &shim_dir)
+                .map_err(|e| SandboxError::Shim(e.to_string()))?;
+        }
+        Ok(())
+    }
+
     /// StopPodSandbox: idempotent; an unknown id is success.
     pub async fn stop(self: &Arc<Self>, id: &str) -> Result<(), SandboxError> {
         let Some(id) = self.resolve(id) else {
@@ -119,11 +130,7 @@ impl SandboxManager {
         let t0 = Instant::now();
         let mut steps: Vec<(&str, Duration)> = Vec::new();
         tracing::debug!(pod_sandbox_id = %id, shim = ?client::pid(&shim_dir), state = shim_dir.join("youki").join(id).exists(), "removing");
-        if client::pid(&shim_dir).is_none() && shim_dir.join("youki").join(id).exists() {
-            // The shim is gone (killed): a fresh one cleans its containers up.
-            client::spawn(&self.paths.exe, &shim_dir)
-                .map_err(|e| SandboxError::Shim(e.to_string()))?;
-        }
+        self.ensure_shim(id, id)?;
         if client::pid(&shim_dir).is_some() {
             shim_call(
                 &shim_dir,
