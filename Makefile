@@ -1,5 +1,5 @@
 # husk: common tasks. Every target installs what it needs first.
-.PHONY: setup build test demo bench-pull bench-sandbox lint
+.PHONY: setup build test demo bench-pull bench-sandbox bench-containers lint
 
 setup:
 	bash packaging/setup-dev.sh
@@ -28,3 +28,7 @@ bench-pull: build
 # Pod sandboxes: RunPodSandbox, stop+remove, memory per pod; vs containerd.
 bench-sandbox: build
 	bash packaging/bench-sandbox.sh
+
+# Containers: create+start, stop+remove, full pod, 50 parallel pods, memory.
+bench-containers: build
+	OPS=container bash packaging/bench-sandbox.sh

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Pod sandboxes: RunPodSandbox and Stop+RemovePodSandbox latency, and the
-# runtime's memory with 1, 10 and 50 pods, husk against Debian's containerd
-# 1.6 (same conflist, same pause image, its own root and socket),
-# interleaved in one run by the same CRI client (`husk bench`).
+# Pods and containers, husk against Debian's containerd 1.6 (same conflist,
+# same pause and app images, its own root and socket), interleaved in one
+# run by the same CRI client (`husk bench`). OPS=sandbox (default):
+# RunPodSandbox, stop+remove, memory at 1/10/50 pods. OPS=container:
+# create+start, stop+remove, full pod, 50 pods in parallel, memory.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
@@ -19,6 +20,7 @@ cleanup() {
   done
   sleep 1
   pkill -f "containerd-shim-runc-v2 .*$work" 2>/dev/null || true
+  rm -rf /tmp/husk-bench-logs
   grep -F "$work" /proc/self/mountinfo | awk '{print $5}' | sort -r | xargs -r -n1 umount -l 2>/dev/null || true
   ip link del "$bridge" 2>/dev/null || true
   for d in /sys/fs/cgroup/*/husk-bench; do rmdir "$d"/* "$d" 2>/dev/null || true; done
@@ -30,6 +32,9 @@ start_registry "$work/registry" "$port"
 build_pause_oci "$work/layout"
 pause="127.0.0.1:$port/bench/pause:latest"
 skopeo copy --quiet --dest-tls-verify=false "oci:$work/layout:latest" "docker://$pause"
+build_busybox_oci "$work/app"
+app="127.0.0.1:$port/bench/app:latest"
+skopeo copy --quiet --dest-tls-verify=false "oci:$work/app:latest" "docker://$app"
 mkdir -p "$work/certs.d/127.0.0.1:$port"
 printf 'server = "http://127.0.0.1:%s"\n' "$port" >"$work/certs.d/127.0.0.1:$port/hosts.toml"
 write_conflist "$work/net.d" "$bridge" "$subnet" "$work/ipam"
@@ -42,5 +47,5 @@ echo $! >"$work/husk.pid"
 wait_socket "$work/husk/husk.sock"
 sleep 1
 
-"$husk" bench --ops sandbox --endpoint "unix://$work/husk/husk.sock" \
+"$husk" bench --ops "${OPS:-sandbox}" --image "$app" --endpoint "unix://$work/husk/husk.sock" \
   --vs "unix://$work/containerd/containerd.sock" --iterations "$iterations" --pods "$pods" ${BENCH_JSON:+--json}

@@ -73,7 +73,7 @@ enum Cmd {
         /// Iterations per operation.
         #[arg(long, default_value_t = 5)]
         iterations: usize,
-        /// Operations: pull, sandbox (comma-separated).
+        /// Operations: pull, sandbox, container (comma-separated).
         #[arg(long, default_value = "pull")]
         ops: String,
         /// Image for the cold-pull operation.
@@ -313,7 +313,28 @@ async fn bench(a: BenchArgs) -> anyhow::Result<()> {
                 }
                 report.insert("sandbox".into(), serde_json::to_value(&results)?);
             }
-            other => anyhow::bail!("unknown benchmark operation {other:?} (pull, sandbox)"),
+            "container" => {
+                anyhow::ensure!(
+                    !a.image.is_empty(),
+                    "--image is required for the container benchmark"
+                );
+                let parallel = a
+                    .pods
+                    .split(',')
+                    .filter_map(|s| s.trim().parse().ok())
+                    .max()
+                    .unwrap_or(50);
+                let results =
+                    container::bench_containers(&mut targets, &a.image, a.iterations, parallel)
+                        .await?;
+                if !a.json {
+                    print_containers(a.iterations, &results);
+                }
+                report.insert("container".into(), serde_json::to_value(&results)?);
+            }
+            other => {
+                anyhow::bail!("unknown benchmark operation {other:?} (pull, sandbox, container)")
+            }
         }
     }
     report.insert("load_after".into(), loadavg().into());
@@ -419,5 +440,45 @@ fn print_sandbox(iterations: usize, results: &[husk::bench::sandbox::SandboxResu
                 ratio(ma.per_pod_mb, mb.per_pod_mb)
             );
         }
+    }
+}
+
+fn print_containers(iterations: usize, results: &[husk::bench::container::ContainerResult]) {
+    println!("containers, {iterations} interleaved iterations");
+    println!(
+        "{:<28} {:>16} {:>16} {:>14} {:>18} {:>14} {:>12}",
+        "runtime",
+        "create+start p50",
+        "stop+remove p50",
+        "full pod p50",
+        "parallel pods wall",
+        "total RSS MB",
+        "per pod MB"
+    );
+    for r in results {
+        println!(
+            "{:<28} {:>13.1} ms {:>13.1} ms {:>11.1} ms {:>9} in {:>5.0} ms {:>14.1} {:>12.2}",
+            r.runtime,
+            r.create_start.p50_ms,
+            r.stop_remove.p50_ms,
+            r.full_pod.p50_ms,
+            r.parallel_pods,
+            r.parallel_wall_ms,
+            r.total_rss_mb,
+            r.per_pod_mb
+        );
+    }
+    if let [a, b] = results {
+        println!(
+            "ratio {} / {}: create+start {:.2}x, stop+remove {:.2}x, full pod {:.2}x, {} parallel pods {:.2}x, memory per pod {:.2}x",
+            a.runtime,
+            b.runtime,
+            ratio(a.create_start.p50_ms, b.create_start.p50_ms),
+            ratio(a.stop_remove.p50_ms, b.stop_remove.p50_ms),
+            ratio(a.full_pod.p50_ms, b.full_pod.p50_ms),
+            a.parallel_pods,
+            ratio(a.parallel_wall_ms, b.parallel_wall_ms),
+            ratio(a.per_pod_mb, b.per_pod_mb)
+        );
     }
 }

@@ -1,0 +1,213 @@
+//! The container benchmark: create+start, stop+remove, a full pod
+//! (sandbox + one started container), K pods started in parallel, and the
+//! runtime's memory with K pods running.
+
+use super::{summarize, Summary, Target};
+use crate::api::cri::*;
+use serde::Serialize;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Serialize)]
+pub struct ContainerResult {
+    pub runtime: String,
+    pub create_start: Summary,
+    pub stop_remove: Summary,
+    pub full_pod: Summary,
+    pub parallel_pods: usize,
+    pub parallel_wall_ms: f64,
+    /// Server plus monitors with `parallel_pods` pods running.
+    pub total_rss_mb: f64,
+    pub per_pod_mb: f64,
+}
+
+fn pod(tag: &str, i: usize) -> PodSandboxConfig {
+    PodSandboxConfig {
+        metadata: Some(PodSandboxMetadata {
+            name: format!("cbench-{tag}-{i}"),
+            uid: format!("{:016x}", rand::random::<u64>()),
+            namespace: "husk-bench".into(),
+            attempt: 0,
+        }),
+        log_directory: format!("/tmp/husk-bench-logs/{tag}-{i}"),
+        linux: Some(LinuxPodSandboxConfig {
+            cgroup_parent: "/husk-bench".into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn container(image: &str) -> ContainerConfig {
+    ContainerConfig {
+        metadata: Some(ContainerMetadata {
+            name: "app".into(),
+            attempt: 0,
+        }),
+        image: Some(ImageSpec {
+            image: image.into(),
+            ..Default::default()
+        }),
+        command: vec!["/bin/sleep".into(), "3600".into()],
+        log_path: "app/0.log".into(),
+        linux: Some(LinuxContainerConfig {
+            security_context: Some(LinuxContainerSecurityContext {
+                namespace_options: Some(NamespaceOption {
+                    pid: NamespaceMode::Container as i32,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+impl Target {
+    async fn start_app(
+        &mut self,
+        sandbox: &str,
+        sc: &PodSandboxConfig,
+        image: &str,
+    ) -> anyhow::Result<String> {
+        let id = self
+            .runtime
+            .create_container(CreateContainerRequest {
+                pod_sandbox_id: sandbox.into(),
+                config: Some(container(image)),
+                sandbox_config: Some(sc.clone()),
+            })
+            .await?
+            .into_inner()
+            .container_id;
+        self.runtime
+            .start_container(StartContainerRequest {
+                container_id: id.clone(),
+            })
+            .await?;
+        Ok(id)
+    }
+
+    async fn remove_pod(&mut self, sandbox: &str) -> anyhow::Result<()> {
+        self.runtime
+            .stop_pod_sandbox(StopPodSandboxRequest {
+                pod_sandbox_id: sandbox.into(),
+            })
+            .await?;
+        self.runtime
+            .remove_pod_sandbox(RemovePodSandboxRequest {
+                pod_sandbox_id: sandbox.into(),
+            })
+            .await?;
+        Ok(())
+    }
+}
+
+/// Interleaved container lifecycles, then `parallel` pods at once.
+pub async fn bench_containers(
+    targets: &mut [Target],
+    image: &str,
+    iterations: usize,
+    parallel: usize,
+) -> anyhow::Result<Vec<ContainerResult>> {
+    let n = targets.len();
+    let (mut cs, mut sr, mut full) = (
+        vec![Vec::new(); n],
+        vec![Vec::new(); n],
+        vec![Vec::new(); n],
+    );
+    for t in targets.iter_mut() {
+        t.images
+            .pull_image(PullImageRequest {
+                image: Some(ImageSpec {
+                    image: image.into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })
+            .await?;
+    }
+    for i in 0..iterations {
+        let order: Vec<usize> = if i % 2 == 0 {
+            (0..n).collect()
+        } else {
+            (0..n).rev().collect()
+        };
+        for k in order {
+            let t = &mut targets[k];
+            let sc = pod(&format!("c{k}"), i);
+            let start = Instant::now();
+            let sandbox = t
+                .runtime
+                .run_pod_sandbox(RunPodSandboxRequest {
+                    config: Some(sc.clone()),
+                    runtime_handler: String::new(),
+                })
+                .await?
+                .into_inner()
+                .pod_sandbox_id;
+            let mid = Instant::now();
+            let id = t.start_app(&sandbox, &sc, image).await?;
+            let end = Instant::now();
+            cs[k].push(end - mid);
+            full[k].push(end - start);
+            let start = Instant::now();
+            t.runtime
+                .stop_container(StopContainerRequest {
+                    container_id: id.clone(),
+                    timeout: 0,
+                })
+                .await?;
+            t.runtime
+                .remove_container(RemoveContainerRequest { container_id: id })
+                .await?;
+            sr[k].push(start.elapsed());
+            t.remove_pod(&sandbox).await?;
+        }
+    }
+    let mut out = Vec::new();
+    for (k, t) in targets.iter_mut().enumerate() {
+        let idle = t.rss_bytes() as f64;
+        let start = Instant::now();
+        let mut tasks = Vec::new();
+        for i in 0..parallel {
+            let mut tt = Target::connect(&t.name, &t.endpoint).await?;
+            let image = image.to_string();
+            tasks.push(tokio::spawn(async move {
+                let sc = pod(&format!("p{k}"), i);
+                let sandbox = tt
+                    .runtime
+                    .run_pod_sandbox(RunPodSandboxRequest {
+                        config: Some(sc.clone()),
+                        runtime_handler: String::new(),
+                    })
+                    .await?
+                    .into_inner()
+                    .pod_sandbox_id;
+                tt.start_app(&sandbox, &sc, &image).await?;
+                anyhow::Ok(sandbox)
+            }));
+        }
+        let mut sandboxes = Vec::new();
+        for task in tasks {
+            sandboxes.push(task.await??);
+        }
+        let wall = start.elapsed();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let total = t.rss_bytes() as f64;
+        for s in sandboxes {
+            t.remove_pod(&s).await?;
+        }
+        out.push(ContainerResult {
+            runtime: t.name.clone(),
+            create_start: summarize(&cs[k]),
+            stop_remove: summarize(&sr[k]),
+            full_pod: summarize(&full[k]),
+            parallel_pods: parallel,
+            parallel_wall_ms: wall.as_secs_f64() * 1e3,
+            total_rss_mb: total / 1e6,
+            per_pod_mb: (total - idle) / parallel.max(1) as f64 / 1e6,
+        });
+    }
+    Ok(out)
+}
