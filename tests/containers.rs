@@ -408,6 +408,18 @@ async fn localhost_mounts_capabilities_privileged_and_log_reopen() {
     assert!(log_lines(&pc, "mount").iter().any(|l| l.2 == "mounted"));
     assert!(!web.join("x").exists());
 
+    // A missing host path is created as an empty directory.
+    let missing = p.h.dir.path().join("created-by-husk");
+    let mut c = ccfg(&image, "missing", &["/bin/sh", "-c", "echo hi > /m/f"], &[]);
+    c.mounts = vec![Mount {
+        container_path: "/m".into(),
+        host_path: missing.display().to_string(),
+        ..Default::default()
+    }];
+    let id = create_start(&p.h, &pod, &pc, c).await;
+    assert_eq!(wait_exit(&p.h, &id).await.exit_code, 0);
+    assert_eq!(std::fs::read_to_string(missing.join("f")).unwrap(), "hi\n");
+
     // A dropped capability denies (and is really there when kept).
     let script = "touch /tmp/f && chown 1:1 /tmp/f";
     let mut c = ccfg(&image, "nochown", &["/bin/sh", "-c", script], &[]);

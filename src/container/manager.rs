@@ -306,7 +306,21 @@ impl ContainerManager {
         // Mount points of the config's mounts, created inside the rootfs
         // (confined: an image symlink cannot send them to the host).
         for m in &c.mounts {
-            if !Path::new(&m.host_path).is_dir() {
+            let host = Path::new(&m.host_path);
+            if !host.is_absolute() || !m.container_path.starts_with('/') {
+                return Err(SandboxError::Invalid(format!(
+                    "mount {:?} -> {:?}: both paths must be absolute",
+                    m.host_path, m.container_path
+                )));
+            }
+            // A missing host path becomes an empty directory, as containerd does.
+            if !host.exists() {
+                std::fs::create_dir_all(host).map_err(SandboxError::io(format!(
+                    "create host path {}",
+                    host.display()
+                )))?;
+            }
+            if !host.is_dir() {
                 continue;
             }
             crate::image::unpack::mkdir_all_in_root(
