@@ -52,10 +52,36 @@ pub async fn setup(extra: Vec<serde_json::Value>) -> Pod {
 
 impl Drop for Pod {
     fn drop(&mut self) {
+        // A test that failed midway may leave pods running: kill what is in
+        // the test's cgroups, then remove them, deepest first.
         for h in cgroup_hierarchies() {
-            let _ = std::fs::remove_dir(h.join(&self.cgroup_parent));
+            remove_cgroup_tree(&h.join(&self.cgroup_parent));
         }
     }
+}
+
+fn remove_cgroup_tree(dir: &Path) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+            remove_cgroup_tree(&e.path());
+        }
+    }
+    for _ in 0..50 {
+        let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+        if procs.trim().is_empty() {
+            break;
+        }
+        for pid in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+            if let Some(pid) = rustix::process::Pid::from_raw(pid) {
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let _ = std::fs::remove_dir(dir);
 }
 
 /// Every cgroup hierarchy mounted under /sys/fs/cgroup.

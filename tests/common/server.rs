@@ -307,6 +307,24 @@ impl Drop for Husk {
             let _ = c.kill();
             let _ = c.wait();
         }
+        // Shims of pods a failed test did not remove.
+        let needle = format!("husk shim --dir {}/", self.dir.path().display());
+        for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+            if String::from_utf8_lossy(&cmd)
+                .replace('\0', " ")
+                .starts_with(&needle)
+            {
+                if let Some(pid) = e
+                    .file_name()
+                    .to_str()
+                    .and_then(|p| p.parse().ok())
+                    .and_then(rustix::process::Pid::from_raw)
+                {
+                    let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+                }
+            }
+        }
         for m in super::mounts_under(self.dir.path()).iter().rev() {
             let _ = Command::new("umount").arg("-l").arg(m).status();
         }
