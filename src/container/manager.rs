@@ -323,7 +323,7 @@ impl ContainerManager {
             if !host.is_dir() {
                 continue;
             }
-            crate::image::unpack::mkdir_all_in_root(
+            crate::image::confined::mkdir_all_in_root(
                 &dir.join("rootfs"),
                 Path::new(&m.container_path),
             )?;

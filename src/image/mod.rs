@@ -11,6 +11,7 @@
 //! write makes the image visible.
 
 pub mod auth;
+pub mod confined;
 pub mod content;
 pub mod follow;
 pub mod hosts;
