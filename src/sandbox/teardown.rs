@@ -151,12 +151,10 @@ impl SandboxManager {
         }
         steps.push(("shim", t0.elapsed()));
         let dir = self.sandbox_dir(id);
-        let rootfs = dir.join("bundle").join("rootfs");
         for m in crate::sys::mounts_under(&dir) {
             rustix::mount::unmount(&m, rustix::mount::UnmountFlags::DETACH)
                 .map_err(|e| SandboxError::io(format!("unmount {}", m.display()))(e.into()))?;
         }
-        let _ = rootfs;
         steps.push(("unmount", t0.elapsed()));
         for p in [&rec.netns, &rec.ipcns, &rec.utsns].into_iter().flatten() {
             netns::remove(p).map_err(SandboxError::io("remove namespace pin"))?;
