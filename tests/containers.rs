@@ -253,6 +253,11 @@ async fn run_exit_codes_env_users_logs_and_cleanup() {
     let id = create_start(&p.h, &pod, &pc, c).await;
     let st = wait_exit(&p.h, &id).await;
     assert_eq!((st.exit_code, st.reason.as_str()), (137, "OOMKilled"));
+    let limit = st
+        .resources
+        .and_then(|r| r.linux)
+        .map(|l| l.memory_limit_in_bytes);
+    assert_eq!(limit, Some(32 << 20), "status reports the resources");
 
     // StopContainer: SIGTERM ignored by a PID 1 without a handler, SIGKILL after the timeout.
     let id = create_start(
@@ -406,6 +411,45 @@ async fn localhost_mounts_capabilities_privileged_and_log_reopen() {
     let id = create_start(&p.h, &pod, &pc, c).await;
     assert_eq!(wait_exit(&p.h, &id).await.exit_code, 0);
     assert!(log_lines(&pc, "mount").iter().any(|l| l.2 == "mounted"));
+    let st =
+        p.h.runtime()
+            .await
+            .container_status(ContainerStatusRequest {
+                container_id: id.clone(),
+                verbose: false,
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .status
+            .unwrap();
+    assert_eq!(
+        st.mounts
+            .iter()
+            .map(|m| m.container_path.as_str())
+            .collect::<Vec<_>>(),
+        vec!["/www"],
+        "status lists the mounts"
+    );
+
+    // A device from the config is created and allowed.
+    let mut c = ccfg(
+        &image,
+        "device",
+        &["/bin/sh", "-c", "echo hi > /dev/mynull"],
+        &[],
+    );
+    c.devices = vec![Device {
+        container_path: "/dev/mynull".into(),
+        host_path: "/dev/null".into(),
+        permissions: "rwm".into(),
+    }];
+    let id = create_start(&p.h, &pod, &pc, c).await;
+    assert_eq!(
+        wait_exit(&p.h, &id).await.exit_code,
+        0,
+        "the mapped device is writable"
+    );
     assert!(!web.join("x").exists());
 
     // A missing host path is created as an empty directory.

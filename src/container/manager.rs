@@ -481,6 +481,13 @@ impl ContainerManager {
         .map_err(err)?
     }
 
+    /// The CRI config the container was created from.
+    pub fn saved_config(&self, id: &str) -> Option<ContainerConfig> {
+        std::fs::read(self.dir(id).join("config.pb"))
+            .ok()
+            .and_then(|b| ContainerConfig::decode(b.as_slice()).ok())
+    }
+
     pub fn get(&self, id: &str) -> Option<ContainerRecord> {
         self.lock().0.get(id).cloned()
     }

@@ -251,6 +251,42 @@ pub fn mounts(
     m
 }
 
+/// The config's devices: the device nodes to create in the container and
+/// the cgroup rules that allow them, from the host nodes' type and numbers.
+pub fn devices(c: &ContainerConfig) -> Result<(Vec<Value>, Vec<Value>), SpecError> {
+    let (mut nodes, mut rules) = (Vec::new(), Vec::new());
+    for d in &c.devices {
+        let st = rustix::fs::stat(d.host_path.as_str())
+            .map_err(|e| SpecError(format!("device {:?}: {e}", d.host_path)))?;
+        let kind = match rustix::fs::FileType::from_raw_mode(st.st_mode) {
+            rustix::fs::FileType::CharacterDevice => "c",
+            rustix::fs::FileType::BlockDevice => "b",
+            _ => return Err(SpecError(format!("{:?} is not a device", d.host_path))),
+        };
+        let (major, minor) = (rustix::fs::major(st.st_rdev), rustix::fs::minor(st.st_rdev));
+        let dest = if d.container_path.is_empty() {
+            &d.host_path
+        } else {
+            &d.container_path
+        };
+        let access = if d.permissions.is_empty() {
+            "rwm"
+        } else {
+            d.permissions.as_str()
+        };
+        if !access.chars().all(|ch| matches!(ch, 'r' | 'w' | 'm')) {
+            return Err(SpecError(format!(
+                "device {dest:?}: permissions {access:?} must be of r, w, m"
+            )));
+        }
+        nodes.push(json!({"path": dest, "type": kind, "major": major, "minor": minor, "fileMode": st.st_mode & 0o777, "uid": 0, "gid": 0}));
+        rules.push(
+            json!({"allow": true, "type": kind, "major": major, "minor": minor, "access": access}),
+        );
+    }
+    Ok((nodes, rules))
+}
+
 /// The whole spec.
 pub fn build(
     id: &str,
@@ -316,7 +352,10 @@ pub fn build(
     } else {
         sc.readonly_paths.clone()
     };
-    let mut resources = json!({"devices": [{"allow": sc.privileged, "access": "rwm"}]});
+    let (devices, mut device_rules) = devices(c)?;
+    let mut rules = vec![json!({"allow": sc.privileged, "access": "rwm"})];
+    rules.append(&mut device_rules);
+    let mut resources = json!({ "devices": rules });
     let mut cpu = serde_json::Map::new();
     if res.cpu_period > 0 {
         cpu.insert("period".into(), json!(res.cpu_period));
@@ -381,6 +420,7 @@ pub fn build(
         "linux": {
             "cgroupsPath": format!("{}/{id}", pod.cgroup_parent.trim_end_matches('/')),
             "namespaces": namespaces,
+            "devices": devices,
             "maskedPaths": masked,
             "readonlyPaths": readonly,
             "resources": resources,

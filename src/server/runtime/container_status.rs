@@ -25,6 +25,7 @@ pub async fn handle(
         .resolve(&req.container_id)
         .and_then(|id| containers.refresh(&id))
         .ok_or_else(|| Status::not_found(format!("container {:?} not found", req.container_id)))?;
+    let cfg = containers.saved_config(&r.id);
     let mut info = HashMap::new();
     if req.verbose {
         info.insert(
@@ -54,6 +55,15 @@ pub async fn handle(
             labels: r.labels.clone().into_iter().collect(),
             annotations: r.annotations.clone().into_iter().collect(),
             log_path: r.log_path.clone(),
+            mounts: cfg.as_ref().map(|c| c.mounts.clone()).unwrap_or_default(),
+            resources: cfg
+                .as_ref()
+                .and_then(|c| c.linux.as_ref())
+                .and_then(|l| l.resources.clone())
+                .map(|linux| ContainerResources {
+                    linux: Some(linux),
+                    ..Default::default()
+                }),
             ..Default::default()
         }),
         info,
