@@ -800,3 +800,66 @@ async fn containers_survive_a_server_kill_and_a_killed_shim() {
     );
     assert_eq!(leftovers(&p), Vec::<String>::new());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn fifty_pods_are_recovered_after_a_server_kill() {
+    if !common::require_root() {
+        return;
+    }
+    let mut p = setup(vec![]).await;
+    let image = app_image(&p).await;
+    let mut pods = Vec::new();
+    for i in 0..50 {
+        let pc = pod_config(&p, &format!("many-{i}"));
+        let pod = run(&p.h, pc.clone()).await.unwrap();
+        let id = create_start(
+            &p.h,
+            &pod,
+            &pc,
+            ccfg(&image, "app", &["/bin/sleep", "3600"], &[]),
+        )
+        .await;
+        pods.push((pod, id));
+    }
+    p.h.kill9();
+    let t = Instant::now();
+    p.h.spawn().await;
+    let mut rt = p.h.runtime().await;
+    let sandboxes = rt
+        .list_pod_sandbox(ListPodSandboxRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .items;
+    let containers = rt
+        .list_containers(ListContainersRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .containers;
+    let took = t.elapsed();
+    assert_eq!(sandboxes.len(), 50);
+    assert!(sandboxes
+        .iter()
+        .all(|s| s.state == PodSandboxState::SandboxReady as i32));
+    assert_eq!(containers.len(), 50);
+    assert!(containers
+        .iter()
+        .all(|c| c.state == ContainerState::ContainerRunning as i32));
+    // How long it took is a benchmark figure, not an assertion (the
+    // machines are shared and noisy); it is printed for the record.
+    eprintln!("recovery: restart to a full, correct listing of 50 pods took {took:?}");
+    for (pod, _) in &pods {
+        rt.stop_pod_sandbox(StopPodSandboxRequest {
+            pod_sandbox_id: pod.clone(),
+        })
+        .await
+        .unwrap();
+        rt.remove_pod_sandbox(RemovePodSandboxRequest {
+            pod_sandbox_id: pod.clone(),
+        })
+        .await
+        .unwrap();
+    }
+    assert_eq!(leftovers(&p), Vec::<String>::new());
+}
