@@ -529,6 +529,42 @@ async fn localhost_mounts_capabilities_privileged_and_log_reopen() {
     let id = create_start(&p.h, &pod, &pc, c).await;
     assert_ne!(wait_exit(&p.h, &id).await.exit_code, 0);
 
+    // Seccomp RuntimeDefault refuses mount(2) even with CAP_SYS_ADMIN; Unconfined allows it.
+    for (name, profile, want_ok) in [
+        (
+            "sc-default",
+            security_profile::ProfileType::RuntimeDefault,
+            false,
+        ),
+        (
+            "sc-unconfined",
+            security_profile::ProfileType::Unconfined,
+            true,
+        ),
+    ] {
+        let mut c = ccfg(
+            &image,
+            name,
+            &[
+                "/bin/sh",
+                "-c",
+                "mkdir -p /tmp/m && mount -t tmpfs none /tmp/m",
+            ],
+            &[],
+        );
+        let sc = c.linux.as_mut().unwrap().security_context.as_mut().unwrap();
+        sc.capabilities = Some(Capability {
+            add_capabilities: vec!["SYS_ADMIN".into()],
+            ..Default::default()
+        });
+        sc.seccomp = Some(SecurityProfile {
+            profile_type: profile as i32,
+            localhost_ref: String::new(),
+        });
+        let id = create_start(&p.h, &pod, &pc, c).await;
+        assert_eq!(wait_exit(&p.h, &id).await.exit_code == 0, want_ok, "{name}");
+    }
+
     // ReopenContainerLog after a rotation: no line lost.
     let id = create_start(
         &p.h,

@@ -20,7 +20,15 @@ async fn two_pods_network_files_lifecycle_and_cleanup() {
     }
     let p = setup(vec![]).await;
     let h = &p.h;
-    let a = run(h, p.config("pod-a")).await.unwrap();
+    let mut ca = p.config("pod-a");
+    ca.linux.as_mut().unwrap().security_context = Some(LinuxSandboxSecurityContext {
+        seccomp: Some(SecurityProfile {
+            profile_type: security_profile::ProfileType::RuntimeDefault as i32,
+            localhost_ref: String::new(),
+        }),
+        ..Default::default()
+    });
+    let a = run(h, ca).await.unwrap();
     let b = run(h, p.config("pod-b")).await.unwrap();
     let (sa, sb) = (status(h, &a).await.unwrap(), status(h, &b).await.unwrap());
     let st = sa.status.clone().unwrap();
@@ -41,6 +49,10 @@ async fn two_pods_network_files_lifecycle_and_cleanup() {
     // The pause process: its own pid namespace, the pod's hostname, running as 65534.
     let pid = pause_pid(&sa);
     let pstatus = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    assert!(
+        pstatus.lines().any(|l| l == "Seccomp:\t2"),
+        "RuntimeDefault filters the pause: {pstatus}"
+    );
     assert!(
         pstatus
             .lines()

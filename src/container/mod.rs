@@ -3,6 +3,7 @@
 
 pub mod manager;
 mod ops;
+pub mod seccomp;
 pub mod spec;
 pub mod user;
 

@@ -402,6 +402,10 @@ pub fn build(
         return Err(SpecError(format!("working_dir {cwd:?} must be absolute")));
     }
     let oom = clamp_oom_score_adj(res.oom_score_adj as i32);
+    // Older kubelets still send the deprecated path form.
+    #[allow(deprecated)]
+    let legacy_path = sc.seccomp_profile_path.clone();
+    let seccomp = super::seccomp::profile(sc.seccomp.as_ref(), &legacy_path, sc.privileged)?;
     Ok(json!({
         "ociVersion": "1.0.2",
         "process": {
@@ -421,6 +425,7 @@ pub fn build(
             "cgroupsPath": format!("{}/{id}", pod.cgroup_parent.trim_end_matches('/')),
             "namespaces": namespaces,
             "devices": devices,
+            "seccomp": seccomp,
             "maskedPaths": masked,
             "readonlyPaths": readonly,
             "resources": resources,

@@ -324,6 +324,13 @@ impl SandboxManager {
             sysctls,
             oom_score_adj: spec::clamp_oom_score_adj(-998),
             shm: shm.as_deref(),
+            seccomp: {
+                // Older kubelets still send the deprecated path form.
+                #[allow(deprecated)]
+                let legacy = sc.seccomp_profile_path.clone();
+                crate::container::seccomp::profile(sc.seccomp.as_ref(), &legacy, sc.privileged)
+                    .map_err(|crate::container::SpecError(m)| SandboxError::Invalid(m))?
+            },
         });
         atomic::write_json(&bundle.join("config.json"), &config)
             .map_err(SandboxError::io("write pause config"))?;

@@ -90,6 +90,8 @@ pub struct PauseSpec<'a> {
     pub sysctls: Vec<(String, String)>,
     pub oom_score_adj: i32,
     pub shm: Option<&'a Path>,
+    /// `linux.seccomp`, None for no filter.
+    pub seccomp: Option<Value>,
 }
 
 fn mounts(shm: Option<&Path>) -> Vec<Value> {
@@ -140,6 +142,7 @@ pub fn pause(p: &PauseSpec<'_>) -> Value {
             "maskedPaths": MASKED_PATHS,
             "readonlyPaths": READONLY_PATHS,
             "resources": {"devices": [{"allow": false, "access": "rwm"}]},
+            "seccomp": p.seccomp,
         },
     })
 }
@@ -165,6 +168,7 @@ mod tests {
             sysctls: vec![("net.ipv4.ip_unprivileged_port_start".into(), "0".into())],
             oom_score_adj: -998,
             shm: None,
+            seccomp: None,
         });
         let ns = v["linux"]["namespaces"].as_array().expect("namespaces");
         assert!(ns
