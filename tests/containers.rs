@@ -84,21 +84,24 @@ async fn create_start(h: &Husk, pod: &str, pc: &PodSandboxConfig, c: ContainerCo
     id
 }
 
+async fn status_of(h: &Husk, id: &str) -> ContainerStatus {
+    h.runtime()
+        .await
+        .container_status(ContainerStatusRequest {
+            container_id: id.into(),
+            verbose: false,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .status
+        .unwrap()
+}
+
 async fn wait_exit(h: &Husk, id: &str) -> ContainerStatus {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let st = h
-            .runtime()
-            .await
-            .container_status(ContainerStatusRequest {
-                container_id: id.into(),
-                verbose: false,
-            })
-            .await
-            .unwrap()
-            .into_inner()
-            .status
-            .unwrap();
+        let st = status_of(h, id).await;
         if st.state == ContainerState::ContainerExited as i32 {
             return st;
         }
@@ -411,18 +414,7 @@ async fn localhost_mounts_capabilities_privileged_and_log_reopen() {
     let id = create_start(&p.h, &pod, &pc, c).await;
     assert_eq!(wait_exit(&p.h, &id).await.exit_code, 0);
     assert!(log_lines(&pc, "mount").iter().any(|l| l.2 == "mounted"));
-    let st =
-        p.h.runtime()
-            .await
-            .container_status(ContainerStatusRequest {
-                container_id: id.clone(),
-                verbose: false,
-            })
-            .await
-            .unwrap()
-            .into_inner()
-            .status
-            .unwrap();
+    let st = status_of(&p.h, &id).await;
     assert_eq!(
         st.mounts
             .iter()
@@ -800,18 +792,7 @@ async fn containers_survive_a_server_kill_and_a_killed_shim() {
     )
     .unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let st =
-        p.h.runtime()
-            .await
-            .container_status(ContainerStatusRequest {
-                container_id: long.clone(),
-                verbose: false,
-            })
-            .await
-            .unwrap()
-            .into_inner()
-            .status
-            .unwrap();
+    let st = status_of(&p.h, &long).await;
     assert_eq!(st.state, ContainerState::ContainerUnknown as i32, "{st:?}");
     assert!(!st.message.is_empty());
 

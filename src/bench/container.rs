@@ -2,6 +2,7 @@
 //! (sandbox + one started container), K pods started in parallel, and the
 //! runtime's memory with K pods running.
 
+use super::sandbox::pod_config;
 use super::{summarize, Summary, Target};
 use crate::api::cri::*;
 use serde::Serialize;
@@ -18,23 +19,6 @@ pub struct ContainerResult {
     /// Server plus monitors with `parallel_pods` pods running.
     pub total_rss_mb: f64,
     pub per_pod_mb: f64,
-}
-
-fn pod(tag: &str, i: usize) -> PodSandboxConfig {
-    PodSandboxConfig {
-        metadata: Some(PodSandboxMetadata {
-            name: format!("cbench-{tag}-{i}"),
-            uid: format!("{:016x}", rand::random::<u64>()),
-            namespace: "husk-bench".into(),
-            attempt: 0,
-        }),
-        log_directory: format!("/tmp/husk-bench-logs/{tag}-{i}"),
-        linux: Some(LinuxPodSandboxConfig {
-            cgroup_parent: "/husk-bench".into(),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
 }
 
 fn container(image: &str) -> ContainerConfig {
@@ -87,20 +71,6 @@ impl Target {
             .await?;
         Ok(id)
     }
-
-    async fn remove_pod(&mut self, sandbox: &str) -> anyhow::Result<()> {
-        self.runtime
-            .stop_pod_sandbox(StopPodSandboxRequest {
-                pod_sandbox_id: sandbox.into(),
-            })
-            .await?;
-        self.runtime
-            .remove_pod_sandbox(RemovePodSandboxRequest {
-                pod_sandbox_id: sandbox.into(),
-            })
-            .await?;
-        Ok(())
-    }
 }
 
 /// Interleaved container lifecycles, then `parallel` pods at once.
@@ -135,17 +105,9 @@ pub async fn bench_containers(
         };
         for k in order {
             let t = &mut targets[k];
-            let sc = pod(&format!("c{k}"), i);
+            let sc = pod_config(&format!("c{k}"), i);
             let start = Instant::now();
-            let sandbox = t
-                .runtime
-                .run_pod_sandbox(RunPodSandboxRequest {
-                    config: Some(sc.clone()),
-                    runtime_handler: String::new(),
-                })
-                .await?
-                .into_inner()
-                .pod_sandbox_id;
+            let sandbox = t.run_pod(sc.clone()).await?;
             let mid = Instant::now();
             let id = t.start_app(&sandbox, &sc, image).await?;
             let end = Instant::now();
@@ -162,7 +124,7 @@ pub async fn bench_containers(
                 .remove_container(RemoveContainerRequest { container_id: id })
                 .await?;
             sr[k].push(start.elapsed());
-            t.remove_pod(&sandbox).await?;
+            t.stop_remove(&sandbox).await?;
         }
     }
     let mut out = Vec::new();
@@ -174,16 +136,8 @@ pub async fn bench_containers(
             let mut tt = Target::connect(&t.name, &t.endpoint).await?;
             let image = image.to_string();
             tasks.push(tokio::spawn(async move {
-                let sc = pod(&format!("p{k}"), i);
-                let sandbox = tt
-                    .runtime
-                    .run_pod_sandbox(RunPodSandboxRequest {
-                        config: Some(sc.clone()),
-                        runtime_handler: String::new(),
-                    })
-                    .await?
-                    .into_inner()
-                    .pod_sandbox_id;
+                let sc = pod_config(&format!("p{k}"), i);
+                let sandbox = tt.run_pod(sc.clone()).await?;
                 tt.start_app(&sandbox, &sc, &image).await?;
                 anyhow::Ok(sandbox)
             }));
@@ -196,7 +150,7 @@ pub async fn bench_containers(
         tokio::time::sleep(Duration::from_secs(1)).await;
         let total = t.rss_bytes() as f64;
         for s in sandboxes {
-            t.remove_pod(&s).await?;
+            t.stop_remove(&s).await?;
         }
         out.push(ContainerResult {
             runtime: t.name.clone(),

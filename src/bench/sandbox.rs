@@ -27,7 +27,8 @@ pub struct SandboxResult {
     pub memory: Vec<MemoryPoint>,
 }
 
-fn config(tag: &str, i: usize) -> PodSandboxConfig {
+/// A benchmark pod's config, unique per `tag` and `i`.
+pub(super) fn pod_config(tag: &str, i: usize) -> PodSandboxConfig {
     PodSandboxConfig {
         metadata: Some(PodSandboxMetadata {
             name: format!("bench-{tag}-{i}"),
@@ -46,7 +47,7 @@ fn config(tag: &str, i: usize) -> PodSandboxConfig {
 }
 
 impl Target {
-    async fn run_pod(&mut self, c: PodSandboxConfig) -> anyhow::Result<String> {
+    pub(super) async fn run_pod(&mut self, c: PodSandboxConfig) -> anyhow::Result<String> {
         Ok(self
             .runtime
             .run_pod_sandbox(RunPodSandboxRequest {
@@ -58,7 +59,7 @@ impl Target {
             .pod_sandbox_id)
     }
 
-    async fn stop_remove(&mut self, id: &str) -> anyhow::Result<()> {
+    pub(super) async fn stop_remove(&mut self, id: &str) -> anyhow::Result<()> {
         self.runtime
             .stop_pod_sandbox(StopPodSandboxRequest {
                 pod_sandbox_id: id.into(),
@@ -84,7 +85,7 @@ pub async fn bench_sandbox(
     let mut sr = vec![Vec::new(); n];
     // Warm-up: the pause image, CNI plugins in the page cache.
     for (k, t) in targets.iter_mut().enumerate() {
-        let id = t.run_pod(config(&format!("warm{k}"), 0)).await?;
+        let id = t.run_pod(pod_config(&format!("warm{k}"), 0)).await?;
         t.stop_remove(&id).await?;
     }
     for i in 0..iterations {
@@ -96,7 +97,7 @@ pub async fn bench_sandbox(
         for k in order {
             let t = &mut targets[k];
             let start = Instant::now();
-            let id = t.run_pod(config(&format!("t{k}"), i)).await?;
+            let id = t.run_pod(pod_config(&format!("t{k}"), i)).await?;
             run[k].push(start.elapsed());
             let start = Instant::now();
             t.stop_remove(&id).await?;
@@ -109,7 +110,7 @@ pub async fn bench_sandbox(
         for &pods in pod_counts {
             let mut ids = Vec::with_capacity(pods);
             for i in 0..pods {
-                ids.push(t.run_pod(config(&format!("m{k}-{pods}"), i)).await?);
+                ids.push(t.run_pod(pod_config(&format!("m{k}-{pods}"), i)).await?);
             }
             tokio::time::sleep(Duration::from_secs(1)).await;
             let shims = t.shims();
