@@ -11,7 +11,8 @@ packages=(
   containerd runc              # the peer, for side-by-side benchmarks
   libseccomp-dev               # seccomp for containers
   apache2-utils                # htpasswd for auth tests
-  iproute2 iptables jq procps curl ca-certificates
+  iproute2 iptables jq procps curl ca-certificates util-linux mount
+  pkg-config python3           # libseccomp linking; helper scripts
 )
 missing=()
 for p in "${packages[@]}"; do
