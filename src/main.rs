@@ -179,15 +179,35 @@ fn load_config(f: &ServeFlags) -> Result<Config, husk::config::ConfigError> {
     Ok(c)
 }
 
+/// `husk shim --dir DIR`, as the server spawns it, is recognised before
+/// the full command line is parsed: the monitor lives as long as its pod,
+/// and what it touches at start stays resident.
+fn shim_dir() -> Option<PathBuf> {
+    let mut args = std::env::args_os().skip(1);
+    match (args.next(), args.next(), args.next(), args.next()) {
+        (Some(cmd), Some(flag), Some(dir), None) if cmd == "shim" && flag == "--dir" => {
+            Some(PathBuf::from(dir))
+        }
+        _ => None,
+    }
+}
+
+fn run_shim(dir: &std::path::Path) -> ! {
+    // No async runtime here: the shim must stay single-threaded.
+    if let Err(e) = husk::shim::process::run(dir) {
+        eprintln!("husk shim: {e}");
+        std::process::exit(1);
+    }
+    std::process::exit(0);
+}
+
 fn main() {
+    if let Some(dir) = shim_dir() {
+        run_shim(&dir);
+    }
     let cli = Cli::parse();
     if let Cmd::Shim { dir } = &cli.cmd {
-        // No async runtime here: the shim must stay single-threaded.
-        if let Err(e) = husk::shim::process::run(dir) {
-            eprintln!("husk shim: {e}");
-            std::process::exit(1);
-        }
-        std::process::exit(0);
+        run_shim(dir);
     }
     let code = match run(cli) {
         Ok(()) => 0,

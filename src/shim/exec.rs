@@ -52,40 +52,29 @@ pub fn start(
         if req.args.is_empty() {
             return Err("exec needs a command".into());
         }
-        let c = Container::load(youki.join(&req.id))
-            .map_err(|e| format!("container {}: {e}", req.id))?;
-        // The container's own process, with the command swapped in: user,
-        // env, cwd, capabilities and rlimits as the container has them.
-        let spec: serde_json::Value = std::fs::read(c.bundle().join("config.json"))
-            .ok()
-            .and_then(|b| serde_json::from_slice(&b).ok())
-            .ok_or("cannot read the container's spec")?;
-        let mut process = spec
-            .get("process")
-            .cloned()
-            .ok_or("the container's spec has no process")?;
-        process["args"] = serde_json::json!(req.args);
-        process["terminal"] = serde_json::json!(false);
         let file = dir.join(format!("exec-{:016x}.json", rand::random::<u64>()));
-        crate::store::atomic::write_json(&file, &process).map_err(|e| e.to_string())?;
         let (out_r, out_w) = pipe()?;
         let (err_r, err_w) = pipe()?;
         let stdin = std::fs::File::open("/dev/null").map_err(|e| e.to_string())?;
-        let pid = ContainerBuilder::new(req.id.clone(), SyscallType::default())
-            .with_root_path(youki)
-            .map_err(|e| e.to_string())?
-            .with_stdin(OwnedFd::from(stdin))
-            .with_stdout(out_w)
-            .with_stderr(err_w)
-            .as_tenant()
-            .with_process(Some(&file))
-            .with_detach(true)
-            .build()
-            .map_err(|e| {
-                let _ = std::fs::remove_file(&file);
-                format!("exec in {}: {e:#}", req.id)
-            })?;
-        Ok((pid.as_raw(), [out_r, err_r], file))
+        let pid = super::fork::in_child(|| {
+            write_process(youki, &req.id, &req.args, &file)?;
+            ContainerBuilder::new(req.id.clone(), SyscallType::default())
+                .with_root_path(youki)
+                .map_err(|e| e.to_string())?
+                .with_stdin(OwnedFd::from(stdin))
+                .with_stdout(out_w)
+                .with_stderr(err_w)
+                .as_tenant()
+                .with_process(Some(&file))
+                .with_detach(true)
+                .build()
+                .map(|pid| pid.as_raw())
+                .map_err(|e| format!("exec in {}: {e:#}", req.id))
+        })
+        .inspect_err(|_| {
+            let _ = std::fs::remove_file(&file);
+        })?;
+        Ok((pid, [out_r, err_r], file))
     })();
     match r {
         Ok((pid, [out, err], file)) => Ok(PendingExec {
@@ -107,6 +96,23 @@ pub fn start(
         }),
         Err(e) => Err((e, conn)),
     }
+}
+
+/// Writes the container's own process with the command swapped in (user,
+/// env, cwd, capabilities and rlimits as the container has them) to `file`.
+fn write_process(youki: &Path, id: &str, args: &[String], file: &Path) -> Result<(), String> {
+    let c = Container::load(youki.join(id)).map_err(|e| format!("container {id}: {e}"))?;
+    let spec: serde_json::Value = std::fs::read(c.bundle().join("config.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .ok_or("cannot read the container's spec")?;
+    let mut process = spec
+        .get("process")
+        .cloned()
+        .ok_or("the container's spec has no process")?;
+    process["args"] = serde_json::json!(args);
+    process["terminal"] = serde_json::json!(false);
+    crate::store::atomic::write_json(file, &process).map_err(|e| e.to_string())
 }
 
 impl PendingExec {

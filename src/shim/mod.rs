@@ -17,6 +17,7 @@
 
 pub mod client;
 pub mod exec;
+mod fork;
 pub mod monitor;
 pub mod process;
 pub mod wire;

@@ -2,6 +2,7 @@
 //! API socket, and reap children whenever SIGCHLD arrives (a self-pipe
 //! written by the signal handler wakes `poll`).
 
+use super::fork::in_child;
 use super::wire::{read_msg, write_msg};
 use super::ExitRecord;
 use crate::api::shim::{
@@ -210,23 +211,26 @@ impl Shim {
                 let out = ends.pop().ok_or("pipe")?;
                 (out, err)
             };
-            let c = ContainerBuilder::new(id.to_string(), SyscallType::default())
-                .validate_id()
-                .map_err(|e| e.to_string())?
-                .with_root_path(&self.youki)
-                .map_err(|e| e.to_string())?
-                .with_executor(ResetSignals)
-                .with_stdin(OwnedFd::from(stdin))
-                .with_stdout(out)
-                .with_stderr(err)
-                .as_init(bundle)
-                .with_systemd(false)
-                .with_detach(true)
-                .build()
-                .map_err(|e| format!("create container {id}: {e:#}"))?;
-            c.pid()
-                .map(|p| p.as_raw())
-                .ok_or_else(|| "created container has no pid".to_string())
+            let youki = &self.youki;
+            in_child(move || {
+                let c = ContainerBuilder::new(id.to_string(), SyscallType::default())
+                    .validate_id()
+                    .map_err(|e| e.to_string())?
+                    .with_root_path(youki)
+                    .map_err(|e| e.to_string())?
+                    .with_executor(ResetSignals)
+                    .with_stdin(OwnedFd::from(stdin))
+                    .with_stdout(out)
+                    .with_stderr(err)
+                    .as_init(bundle)
+                    .with_systemd(false)
+                    .with_detach(true)
+                    .build()
+                    .map_err(|e| format!("create container {id}: {e:#}"))?;
+                c.pid()
+                    .map(|p| p.as_raw())
+                    .ok_or_else(|| "created container has no pid".to_string())
+            })
         })();
         match built {
             Ok(pid) => {
@@ -245,9 +249,7 @@ impl Shim {
             }
             Err(e) => {
                 // A half-made container: drop libcontainer's state and reap.
-                if let Ok(mut c) = Container::load(self.youki.join(id)) {
-                    let _ = c.delete(true);
-                }
+                let _ = self.youki_delete(id);
                 let _ = std::fs::remove_dir_all(self.youki.join(id));
                 self.logs.remove(id);
                 self.reap();
@@ -266,9 +268,15 @@ impl Shim {
                 format!("container {id} is not created"),
             );
         }
-        let r = Container::load(self.youki.join(id)).and_then(|mut c| c.start());
+        let state = self.youki.join(id);
+        let r = in_child(|| {
+            Container::load(state)
+                .and_then(|mut c| c.start())
+                .map(|()| 0)
+                .map_err(|e| format!("{e:#}"))
+        });
         match r {
-            Ok(()) => {
+            Ok(_) => {
                 if let Some(e) = self.containers.get_mut(id) {
                     if e.status == Status::Created {
                         e.status = Status::Running;
@@ -276,7 +284,7 @@ impl Shim {
                 }
                 self.ok(id)
             }
-            Err(e) => reply_err(INTERNAL, format!("start container {id}: {e:#}")),
+            Err(e) => reply_err(INTERNAL, format!("start container {id}: {e}")),
         }
     }
 
@@ -291,16 +299,22 @@ impl Shim {
             Ok(s) => s,
             Err(err) => return reply_err(INVALID, format!("signal {signal}: {err}")),
         };
-        let r = Container::load(self.youki.join(id)).and_then(|mut c| {
-            if c.can_kill() || all {
-                c.kill(sig, all)
-            } else {
-                Ok(())
-            }
+        let state = self.youki.join(id);
+        let r = in_child(|| {
+            Container::load(state)
+                .and_then(|mut c| {
+                    if c.can_kill() || all {
+                        c.kill(sig, all)
+                    } else {
+                        Ok(())
+                    }
+                })
+                .map(|()| 0)
+                .map_err(|e| format!("{e:#}"))
         });
         match r {
-            Ok(()) => self.ok(id),
-            Err(e) => reply_err(INTERNAL, format!("kill container {id}: {e:#}")),
+            Ok(_) => self.ok(id),
+            Err(e) => reply_err(INTERNAL, format!("kill container {id}: {e}")),
         }
     }
 
@@ -308,10 +322,8 @@ impl Shim {
         let Some(e) = self.containers.get(id) else {
             // Left by a previous shim that was killed: clean up its state.
             if self.youki.join(id).exists() {
-                if let Ok(mut c) = Container::load(self.youki.join(id)) {
-                    if let Err(err) = c.delete(true) {
-                        return reply_err(INTERNAL, format!("delete container {id}: {err:#}"));
-                    }
+                if let Err(err) = self.youki_delete(id) {
+                    return reply_err(INTERNAL, format!("delete container {id}: {err}"));
                 }
                 let _ = std::fs::remove_dir_all(self.youki.join(id));
                 return self.ok(id);
@@ -323,11 +335,7 @@ impl Shim {
         }
         if e.status != Status::Stopped {
             // Kill and reap first, so the cgroup is empty when it is removed.
-            if let Ok(mut c) = Container::load(self.youki.join(id)) {
-                if let Ok(sig) = libcontainer::signal::Signal::try_from(libc::SIGKILL) {
-                    let _ = c.kill(sig, true);
-                }
-            }
+            let _ = self.kill(id, libc::SIGKILL, true);
             let deadline = std::time::Instant::now() + Duration::from_secs(10);
             while std::time::Instant::now() < deadline {
                 self.reap();
@@ -342,10 +350,8 @@ impl Shim {
                 std::thread::sleep(Duration::from_millis(1));
             }
         }
-        if let Ok(mut c) = Container::load(self.youki.join(id)) {
-            if let Err(err) = c.delete(true) {
-                return reply_err(INTERNAL, format!("delete container {id}: {err:#}"));
-            }
+        if let Err(err) = self.youki_delete(id) {
+            return reply_err(INTERNAL, format!("delete container {id}: {err}"));
         }
         self.reap();
         let _ = std::fs::remove_dir_all(self.youki.join(id));
@@ -354,6 +360,16 @@ impl Shim {
         self.logs.remove(id);
         self.containers.remove(id);
         self.ok(id)
+    }
+
+    /// Deletes libcontainer's state and cgroup of `id` (nothing to do when
+    /// it has no state).
+    fn youki_delete(&self, id: &str) -> Result<i32, String> {
+        let state = self.youki.join(id);
+        in_child(|| match Container::load(state) {
+            Ok(mut c) => c.delete(true).map(|()| 0).map_err(|e| format!("{e:#}")),
+            Err(_) => Ok(0),
+        })
     }
 
     /// Copies whatever the containers' pipes hold into their logs; at EOF
