@@ -521,32 +521,38 @@ async fn localhost_mounts_capabilities_privileged_and_log_reopen() {
     let id = create_start(&p.h, &pod, &pc, c).await;
     assert_ne!(wait_exit(&p.h, &id).await.exit_code, 0);
 
-    // Seccomp RuntimeDefault refuses mount(2) even with CAP_SYS_ADMIN; Unconfined allows it.
-    for (name, profile, want_ok) in [
+    // Seccomp. RuntimeDefault is an allowlist: unshare(2) is not on it
+    // without CAP_SYS_ADMIN (a user namespace needs no capability, so only
+    // the filter refuses it); with CAP_SYS_ADMIN it allows mount(2), as
+    // containerd's does. Unconfined allows both.
+    for (name, profile, add, script, want_ok) in [
         (
             "sc-default",
             security_profile::ProfileType::RuntimeDefault,
-            false,
+            None,
+            // Forking still works (clone without namespace flags).
+            "test \"$(echo forked | cat)\" = forked && ! unshare -U true",
+            true,
         ),
         (
             "sc-unconfined",
             security_profile::ProfileType::Unconfined,
+            None,
+            "unshare -U true",
+            true,
+        ),
+        (
+            "sc-default-admin",
+            security_profile::ProfileType::RuntimeDefault,
+            Some("SYS_ADMIN"),
+            "mkdir -p /tmp/m && mount -t tmpfs none /tmp/m && unshare -U true",
             true,
         ),
     ] {
-        let mut c = ccfg(
-            &image,
-            name,
-            &[
-                "/bin/sh",
-                "-c",
-                "mkdir -p /tmp/m && mount -t tmpfs none /tmp/m",
-            ],
-            &[],
-        );
+        let mut c = ccfg(&image, name, &["/bin/sh", "-c", script], &[]);
         let sc = c.linux.as_mut().unwrap().security_context.as_mut().unwrap();
-        sc.capabilities = Some(Capability {
-            add_capabilities: vec!["SYS_ADMIN".into()],
+        sc.capabilities = add.map(|a| Capability {
+            add_capabilities: vec![a.into()],
             ..Default::default()
         });
         sc.seccomp = Some(SecurityProfile {
@@ -554,7 +560,32 @@ async fn localhost_mounts_capabilities_privileged_and_log_reopen() {
             localhost_ref: String::new(),
         });
         let id = create_start(&p.h, &pod, &pc, c).await;
-        assert_eq!(wait_exit(&p.h, &id).await.exit_code == 0, want_ok, "{name}");
+        let exit = wait_exit(&p.h, &id).await.exit_code;
+        assert_eq!(
+            exit == 0,
+            want_ok,
+            "{name}: exit {exit}, log {:?}",
+            log_lines(&pc, name)
+        );
+    }
+
+    // AppArmor on a kernel without it: the request is ignored with a
+    // warning naming the container, and the container runs.
+    if !std::path::Path::new("/sys/module/apparmor").exists() {
+        let mut c = ccfg(&image, "apparmor", &["/bin/true"], &[]);
+        let sc = c.linux.as_mut().unwrap().security_context.as_mut().unwrap();
+        sc.apparmor = Some(SecurityProfile {
+            profile_type: security_profile::ProfileType::Localhost as i32,
+            localhost_ref: "k8s-apparmor-example".into(),
+        });
+        let id = create_start(&p.h, &pod, &pc, c).await;
+        assert_eq!(wait_exit(&p.h, &id).await.exit_code, 0);
+        let log = p.h.log();
+        assert!(
+            log.lines()
+                .any(|l| l.contains("AppArmor") && l.contains(&id)),
+            "no AppArmor warning for {id} in:\n{log}"
+        );
     }
 
     // ReopenContainerLog after a rotation: no line lost.

@@ -1,6 +1,7 @@
 //! Containers: turning a CRI ContainerConfig, the image's config and the
 //! pod's sandbox into an OCI runtime spec.
 
+pub mod apparmor;
 pub mod manager;
 mod ops;
 pub mod seccomp;

@@ -405,17 +405,29 @@ pub fn build(
     // Older kubelets still send the deprecated path form.
     #[allow(deprecated)]
     let legacy_path = sc.seccomp_profile_path.clone();
-    let seccomp = super::seccomp::profile(sc.seccomp.as_ref(), &legacy_path, sc.privileged)?;
+    let seccomp = super::seccomp::profile(sc.seccomp.as_ref(), &legacy_path, sc.privileged, &caps)?;
+    #[allow(deprecated)]
+    let legacy_apparmor = sc.apparmor_profile.clone();
+    let apparmor = super::apparmor::profile(
+        id,
+        sc.apparmor.as_ref(),
+        &legacy_apparmor,
+        sc.privileged,
+        super::apparmor::kernel_enabled(),
+    )?;
     Ok(json!({
         "ociVersion": "1.0.2",
         "process": {
+            "apparmorProfile": apparmor,
             "terminal": c.tty,
             "user": {"uid": who.uid, "gid": who.gid, "additionalGids": who.additional_gids},
             "args": process_args(c, img)?,
             "env": process_env(c, img),
             "cwd": cwd,
             "capabilities": {"bounding": caps, "effective": caps, "permitted": caps},
-            "noNewPrivileges": sc.no_new_privs,
+            // Absent rather than false: libcontainer reads any value as "set"
+            // and would then load seccomp after dropping CAP_SYS_ADMIN.
+            "noNewPrivileges": sc.no_new_privs.then_some(true),
             "oomScoreAdj": oom,
         },
         "root": {"path": "rootfs", "readonly": sc.readonly_rootfs},

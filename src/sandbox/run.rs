@@ -328,8 +328,16 @@ impl SandboxManager {
                 // Older kubelets still send the deprecated path form.
                 #[allow(deprecated)]
                 let legacy = sc.seccomp_profile_path.clone();
-                crate::container::seccomp::profile(sc.seccomp.as_ref(), &legacy, sc.privileged)
-                    .map_err(|crate::container::SpecError(m)| SandboxError::Invalid(m))?
+                crate::container::seccomp::profile(
+                    sc.seccomp.as_ref(),
+                    &legacy,
+                    sc.privileged,
+                    &spec::DEFAULT_CAPS
+                        .iter()
+                        .map(|c| c.to_string())
+                        .collect::<Vec<_>>(),
+                )
+                .map_err(|crate::container::SpecError(m)| SandboxError::Invalid(m))?
             },
         });
         atomic::write_json(&bundle.join("config.json"), &config)

@@ -42,6 +42,13 @@ fn redirect_stdio(log: &Path) -> io::Result<()> {
 /// Runs the shim for the sandbox state dir `dir`. Returns only in the
 /// parent (right after the monitor has forked off), or on a setup error.
 pub fn run(dir: &Path) -> io::Result<()> {
+    // Descriptors the server inherited from whoever started it (a lock, a
+    // socket) must not be held for the pod's lifetime.
+    // SAFETY: close_range on descriptors this process has not opened; only
+    // stdin, stdout and stderr are kept.
+    unsafe {
+        libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
+    }
     std::fs::create_dir_all(dir.join("exits"))?;
     let sock = dir.join("shim.sock");
     let _ = std::fs::remove_file(&sock);
