@@ -69,6 +69,11 @@ pub struct SandboxRecord {
     pub hostname: String,
     pub log_directory: String,
     pub cgroups_path: String,
+    /// Set once StopPodSandbox has completed (pause killed, CNI DEL done,
+    /// shm released): a later stop, or the stop inside RemovePodSandbox,
+    /// has nothing left to do.
+    #[serde(default)]
+    pub stopped: bool,
 }
 
 impl SandboxRecord {

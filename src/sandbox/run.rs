@@ -19,6 +19,7 @@ use super::teardown::wait_gone;
 /// What a CNI ADD thread hands back: the result and what DEL needs.
 type CniOutcome = (serde_json::Value, Cni, NetworkList, Attachment);
 type CniJob = std::thread::JoinHandle<Result<CniOutcome, SandboxError>>;
+type ShimJob = std::thread::JoinHandle<std::io::Result<()>>;
 
 /// One undo step: what it undoes, and how.
 type UndoStep = (&'static str, Box<dyn FnOnce() + Send>);
@@ -168,6 +169,26 @@ impl SandboxManager {
         std::fs::write(dir.join("config.pb"), c.encode_to_vec())
             .map_err(SandboxError::io("save sandbox config"))?;
 
+        // The shim starts on its own thread while the namespaces, bundle
+        // and files are made; it is joined before the pause is created.
+        let shim_job: Arc<Mutex<Option<ShimJob>>> = {
+            let (exe, d) = (self.paths.exe.clone(), shim_dir.clone());
+            let h = std::thread::spawn(move || client::spawn(&exe, &d));
+            Arc::new(Mutex::new(Some(h)))
+        };
+        {
+            let (job, d, id) = (shim_job.clone(), shim_dir.clone(), id.to_string());
+            undo.push("shim", move || {
+                if let Some(h) = job.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                    let _ = h.join();
+                }
+                let _ = shim_call(&d, Request::Delete(DeleteRequest { id, force: true }));
+                let _ = shim_call(&d, Request::Shutdown(ShutdownRequest {}));
+                wait_gone(&d, Duration::from_secs(5));
+                let _ = std::fs::remove_dir_all(&d);
+            });
+        }
+
         // Namespaces, pinned.
         let hostname = if host_net {
             rustix::system::uname()
@@ -218,6 +239,29 @@ impl SandboxManager {
         };
 
         steps.push(("namespaces", t0.elapsed()));
+        // CNI ADD runs on its own thread while the pause container is
+        // prepared and started: both need only the pinned netns. A failure anywhere
+        // before the join still joins it and undoes the ADD.
+        let cni_job: Arc<Mutex<Option<CniJob>>> = Arc::new(Mutex::new(None));
+        if let Some(ns) = &netns_path {
+            let net = NetworkList::load_first(&self.paths.cni_conf_dir)?.ok_or_else(|| {
+                crate::network::cni::CniError::NoConfig(self.paths.cni_conf_dir.clone())
+            })?;
+            let cni = self.cni();
+            let att = self.attachment(id, ns, &md, c);
+            let handle = std::thread::spawn(move || -> Result<CniOutcome, SandboxError> {
+                let result = cni.add(&net, &att)?;
+                Ok((result, cni, net, att))
+            });
+            *cni_job.lock().unwrap_or_else(|p| p.into_inner()) = Some(handle);
+            let job = cni_job.clone();
+            undo.push("pending cni", move || {
+                let pending = job.lock().unwrap_or_else(|p| p.into_inner()).take();
+                if let Some(Ok(Ok((_, cni, net, att)))) = pending.map(|h| h.join()) {
+                    let _ = cni.del(&net, &att);
+                }
+            });
+        }
         // /dev/shm for the pod.
         let shm = if host_ipc {
             None
@@ -349,40 +393,12 @@ impl SandboxManager {
             .map_err(SandboxError::io("write pod files"))?;
 
         steps.push(("files", t0.elapsed()));
-        // CNI ADD runs on its own thread while the shim starts the pause
-        // container: both need only the pinned netns. A failure anywhere
-        // before the join still joins it and undoes the ADD.
-        let cni_job: Arc<Mutex<Option<CniJob>>> = Arc::new(Mutex::new(None));
-        if let Some(ns) = &netns_path {
-            let net = NetworkList::load_first(&self.paths.cni_conf_dir)?.ok_or_else(|| {
-                crate::network::cni::CniError::NoConfig(self.paths.cni_conf_dir.clone())
-            })?;
-            let cni = self.cni();
-            let att = self.attachment(id, ns, &md, c);
-            let handle = std::thread::spawn(move || -> Result<CniOutcome, SandboxError> {
-                let result = cni.add(&net, &att)?;
-                Ok((result, cni, net, att))
-            });
-            *cni_job.lock().unwrap_or_else(|p| p.into_inner()) = Some(handle);
-            let job = cni_job.clone();
-            undo.push("pending cni", move || {
-                let pending = job.lock().unwrap_or_else(|p| p.into_inner()).take();
-                if let Some(Ok(Ok((_, cni, net, att)))) = pending.map(|h| h.join()) {
-                    let _ = cni.del(&net, &att);
-                }
-            });
-        }
         // The shim, then the pause container in it.
-        client::spawn(&self.paths.exe, &shim_dir).map_err(|e| SandboxError::Shim(e.to_string()))?;
-        {
-            let d = shim_dir.clone();
-            let id = id.to_string();
-            undo.push("shim", move || {
-                let _ = shim_call(&d, Request::Delete(DeleteRequest { id, force: true }));
-                let _ = shim_call(&d, Request::Shutdown(ShutdownRequest {}));
-                wait_gone(&d, Duration::from_secs(5));
-                let _ = std::fs::remove_dir_all(&d);
-            });
+        let spawned = shim_job.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(h) = spawned {
+            h.join()
+                .map_err(|_| SandboxError::Shim("shim start thread panicked".into()))?
+                .map_err(|e| SandboxError::Shim(e.to_string()))?;
         }
         steps.push(("shim", t0.elapsed()));
         shim_call(
@@ -453,6 +469,7 @@ impl SandboxManager {
             hostname,
             log_directory: c.log_directory.clone(),
             cgroups_path,
+            stopped: false,
         };
         self.write_record(&rec)?;
         tracing::debug!(pod_sandbox_id = %id, ?steps, "sandbox created");

@@ -42,6 +42,9 @@ impl SandboxManager {
         let Some(mut rec) = self.get(id) else {
             return Ok(());
         };
+        if rec.stopped {
+            return Ok(());
+        }
         let t0 = Instant::now();
         let shim_dir = self.shim_dir(id);
         // CNI DEL and the pause kill are independent: run them together.
@@ -101,11 +104,10 @@ impl SandboxManager {
                 Err(e) => return Err(SandboxError::io("unmount shm")(e.into())),
             }
         }
-        if rec.state != SandboxState::NotReady {
-            rec.state = SandboxState::NotReady;
-            self.write_record(&rec)?;
-            tracing::info!(pod_sandbox_id = %id, ms = t0.elapsed().as_secs_f64() * 1e3, "pod sandbox stopped");
-        }
+        rec.state = SandboxState::NotReady;
+        rec.stopped = true;
+        self.write_record(&rec)?;
+        tracing::info!(pod_sandbox_id = %id, ms = t0.elapsed().as_secs_f64() * 1e3, "pod sandbox stopped");
         Ok(())
     }
 
