@@ -90,6 +90,17 @@ impl SandboxManager {
                         _ => std::thread::sleep(Duration::from_millis(1)),
                     }
                 }
+                // While CNI DEL runs: drop the dead pause's state and
+                // cgroup, and its rootfs mount (RemovePodSandbox would).
+                let _ = shim_call(
+                    &shim_dir,
+                    Request::Delete(DeleteRequest {
+                        id: id.to_string(),
+                        force: true,
+                    }),
+                );
+                let rootfs = self.sandbox_dir(id).join("bundle").join("rootfs");
+                let _ = rustix::mount::unmount(&rootfs, rustix::mount::UnmountFlags::DETACH);
             }
             let killed = t0.elapsed();
             let r = del
