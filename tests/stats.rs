@@ -106,11 +106,10 @@ async fn stats_move_with_cpu_memory_and_writes_and_filters_work() {
     let s = wait_for!(30, "the hog's memory", {
         let s = container_stats(h, &hog).await;
         s.memory
-            .clone()
             .filter(|m| v(&m.rss_bytes) >= 50_000_000)
             .map(|_| s)
     });
-    let m = s.memory.clone().unwrap();
+    let m = s.memory.unwrap();
     let now = husk::image::manager::now_ns();
     assert!(
         (now - m.timestamp).abs() < 60_000_000_000,
@@ -185,7 +184,7 @@ async fn stats_move_with_cpu_memory_and_writes_and_filters_work() {
     );
     let l = ps.linux.unwrap();
     assert!(v(&l.cpu.unwrap().usage_core_nano_seconds) >= v(&c2.usage_core_nano_seconds));
-    let pm = l.memory.clone().unwrap();
+    let pm = l.memory.unwrap();
     assert!(
         v(&pm.working_set_bytes) >= 50_000_000,
         "{pm:?} {:?}",
