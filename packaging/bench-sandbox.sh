@@ -4,6 +4,7 @@
 # run by the same CRI client (`husk bench`). OPS=sandbox (default):
 # RunPodSandbox, stop+remove, memory at 1/10/50 pods. OPS=container:
 # create+start, stop+remove, full pod, 50 pods in parallel, memory.
+# OPS=exec: the ExecSync round trip of `true` in a running container.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"

@@ -10,6 +10,7 @@ pub mod cli;
 pub mod config;
 pub mod container;
 pub mod error;
+pub mod events;
 pub mod image;
 pub mod logging;
 pub mod logs;

@@ -73,7 +73,7 @@ enum Cmd {
         /// Iterations per operation.
         #[arg(long, default_value_t = 5)]
         iterations: usize,
-        /// Operations: pull, sandbox, container (comma-separated).
+        /// Operations: pull, sandbox, container, exec (comma-separated).
         #[arg(long, default_value = "pull")]
         ops: String,
         /// Image for the cold-pull operation.
@@ -352,8 +352,21 @@ async fn bench(a: BenchArgs) -> anyhow::Result<()> {
                 }
                 report.insert("container".into(), serde_json::to_value(&results)?);
             }
+            "exec" => {
+                anyhow::ensure!(
+                    !a.image.is_empty(),
+                    "--image is required for the exec benchmark"
+                );
+                let results = exec::bench_exec(&mut targets, &a.image, a.iterations).await?;
+                if !a.json {
+                    print!("{}", exec::report(a.iterations, &results));
+                }
+                report.insert("exec".into(), serde_json::to_value(&results)?);
+            }
             other => {
-                anyhow::bail!("unknown benchmark operation {other:?} (pull, sandbox, container)")
+                anyhow::bail!(
+                    "unknown benchmark operation {other:?} (pull, sandbox, container, exec)"
+                )
             }
         }
     }

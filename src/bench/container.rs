@@ -48,7 +48,7 @@ fn container(image: &str) -> ContainerConfig {
 }
 
 impl Target {
-    async fn start_app(
+    pub(super) async fn start_app(
         &mut self,
         sandbox: &str,
         sc: &PodSandboxConfig,

@@ -5,6 +5,7 @@
 //! ratio of p50s, and the runtimes' RSS found through their sockets.
 
 pub mod container;
+pub mod exec;
 pub mod procs;
 pub mod sandbox;
 

@@ -6,7 +6,12 @@
 //! `config.json` + `rootfs/` (an overlay of the image's snapshots with this
 //! container's `upper/` and `work/`), `volumes/` for image VOLUMEs. The
 //! container runs in its pod's shim; its exit is recorded by the shim in
-//! `<state>/s/<pod>/exits/<id>.json`.
+//! `<state>/s/<pod>/exits/<id>.json` (watched, see `exits.rs`).
+//!
+//! Events: CREATED, STARTED, STOPPED and DELETED are raised where each
+//! state is recorded; STARTED, STOPPED and DELETED while the record map is
+//! locked, so they leave in the order the states were recorded, and the
+//! exit is recorded (and STOPPED raised) once, whoever observes it first.
 
 use super::spec::{self, ImageDefaults, PodContext};
 use super::{user, SpecError};
@@ -14,6 +19,7 @@ use crate::api::cri::{ContainerConfig, NamespaceMode};
 use crate::api::shim::{
     shim_request::Request, CreateRequest, DeleteRequest, ShimRequest, StartRequest, StateRequest,
 };
+use crate::events::{Emitter, Kind};
 use crate::image::manager::{now_ns, KeyedLocks};
 use crate::image::ImageManager;
 use crate::sandbox::manager::SandboxState;
@@ -73,6 +79,9 @@ pub struct ContainerManager {
     pub(super) sandboxes: Arc<SandboxManager>,
     pub(super) inner: Mutex<(HashMap<String, ContainerRecord>, HashMap<String, String>)>,
     pub(super) locks: KeyedLocks,
+    pub(super) events: Emitter,
+    pub(super) exits: super::exits::ExitWatch,
+    pub(super) cpu_samples: super::stats::CpuSamples,
 }
 
 pub(super) fn err(e: impl std::fmt::Display) -> SandboxError {
@@ -146,6 +155,7 @@ impl ContainerManager {
         root: &Path,
         images: Arc<ImageManager>,
         sandboxes: Arc<SandboxManager>,
+        events: Emitter,
     ) -> Result<ContainerManager, SandboxError> {
         let dir = root.join("containers");
         std::fs::create_dir_all(&dir).map_err(SandboxError::io("create containers dir"))?;
@@ -174,6 +184,9 @@ impl ContainerManager {
             sandboxes,
             inner: Mutex::new((recs, names)),
             locks: KeyedLocks::default(),
+            events,
+            exits: super::exits::ExitWatch::new(),
+            cpu_samples: Default::default(),
         })
     }
 
@@ -193,6 +206,54 @@ impl ContainerManager {
             .map_err(SandboxError::io("write container record"))?;
         self.lock().0.insert(r.id.clone(), r.clone());
         Ok(())
+    }
+
+    /// Saves `r` and raises `kind` under the map lock.
+    fn save_raising(&self, r: &ContainerRecord, kind: Kind) -> Result<(), SandboxError> {
+        atomic::write_json(&self.dir(&r.id).join("container.json"), r)
+            .map_err(SandboxError::io("write container record"))?;
+        let mut g = self.lock();
+        g.0.insert(r.id.clone(), r.clone());
+        self.events.emit(kind, &r.id, &r.sandbox_id);
+        Ok(())
+    }
+
+    /// Records an exit unless another caller already did (or the container
+    /// is gone); only the first raises STOPPED. Returns the record as kept.
+    fn record_exit(&self, r: ContainerRecord) -> ContainerRecord {
+        {
+            let mut g = self.lock();
+            match g.0.get_mut(&r.id) {
+                Some(cur) if cur.state == ContainerState::Exited => return cur.clone(),
+                Some(cur) => {
+                    *cur = r.clone();
+                    self.events.emit(Kind::Stopped, &r.id, &r.sandbox_id);
+                }
+                None => return r,
+            }
+        }
+        // Not recreated if a removal took the directory meanwhile.
+        if let Err(e) = atomic::replace_json(&self.dir(&r.id).join("container.json"), &r) {
+            tracing::debug!(container_id = %r.id, error = %e, "exit record not written");
+        }
+        r
+    }
+
+    /// Raises a pod sandbox's own event (its id stands as the container
+    /// id); `last` is its record when the event outlives it (DELETED).
+    pub fn emit_sandbox(
+        &self,
+        kind: Kind,
+        sandbox_id: &str,
+        last: Option<crate::sandbox::manager::SandboxRecord>,
+    ) {
+        self.events.send(crate::events::Raw {
+            kind,
+            container_id: sandbox_id.to_string(),
+            sandbox_id: sandbox_id.to_string(),
+            at: now_ns(),
+            sandbox: last.map(Box::new),
+        });
     }
 
     pub fn resolve(&self, id: &str) -> Option<String> {
@@ -428,6 +489,7 @@ impl ContainerManager {
                 .and_then(parse_signal)
                 .unwrap_or(libc::SIGTERM),
         };
+        self.watch_pod_exits(sandbox_id);
         shim_call(
             &self.sandboxes.shim_dir(sandbox_id),
             Request::Create(CreateRequest {
@@ -447,6 +509,7 @@ impl ContainerManager {
             );
             return Err(e);
         }
+        self.events.emit(Kind::Created, id, sandbox_id);
         tracing::info!(container_id = %id, pod_sandbox_id = %sandbox_id, "container created");
         Ok(())
     }
@@ -473,7 +536,18 @@ impl ContainerManager {
             )?;
             r.state = ContainerState::Running;
             r.started_at = now_ns();
-            this.save(&r)?;
+            this.save_raising(&r, Kind::Started)?;
+            // An exit recorded before the state above was is not seen by
+            // the watcher's refresh: look once.
+            if this
+                .sandboxes
+                .shim_dir(&r.sandbox_id)
+                .join("exits")
+                .join(format!("{id}.json"))
+                .exists()
+            {
+                this.refresh(&id);
+            }
             tracing::info!(container_id = %id, "container started");
             Ok(())
         })
@@ -527,7 +601,7 @@ impl ContainerManager {
                 } else {
                     "Error".into()
                 };
-                let _ = self.save(&r);
+                return Some(self.record_exit(r));
             }
             (None, None) => {
                 r.state = ContainerState::Unknown;

@@ -1,11 +1,17 @@
 //! Containers: turning a CRI ContainerConfig, the image's config and the
-//! pod's sandbox into an OCI runtime spec.
+//! pod's sandbox into an OCI runtime spec; running them through the pod's
+//! shim; their cgroups (usage, live resource updates) and exits.
 
 pub mod apparmor;
+pub mod cgroups;
+mod exits;
 pub mod manager;
 mod ops;
+pub mod resources;
 pub mod seccomp;
 pub mod spec;
+pub mod stats;
+mod update;
 pub mod user;
 
 /// Why a container config was refused.

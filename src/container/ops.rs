@@ -118,6 +118,9 @@ impl ContainerManager {
         let mut g = self.lock();
         g.0.remove(id);
         g.1.remove(&r.reserved_name(&r.sandbox_id));
+        self.events
+            .emit(crate::events::Kind::Deleted, id, &r.sandbox_id);
+        drop(g);
         tracing::info!(container_id = %id, "container removed");
         Ok(())
     }

@@ -1,5 +1,7 @@
-//! Pod networking: network namespaces pinned by bind mounts, and the CNI
-//! plugins that attach them.
+//! Pod networking: network namespaces pinned by bind mounts, the CNI
+//! plugins that attach them, the node's pod CIDR, and traffic counters.
 
 pub mod cni;
+pub mod netdev;
 pub mod netns;
+pub mod pod_cidr;

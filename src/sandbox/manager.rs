@@ -202,6 +202,11 @@ impl SandboxManager {
         }
     }
 
+    /// Ids of every recorded sandbox, as recorded (no shim calls).
+    pub fn list_ids(&self) -> Vec<String> {
+        self.lock_inner().records.keys().cloned().collect()
+    }
+
     pub fn get(&self, id: &str) -> Option<SandboxRecord> {
         self.lock_inner().records.get(id).cloned()
     }
@@ -267,6 +272,9 @@ impl SandboxManager {
         if !ports.is_empty() {
             att.capability_args
                 .insert("portMappings".into(), serde_json::Value::Array(ports));
+        }
+        if let Some(r) = crate::network::pod_cidr::ip_ranges(&self.paths.root) {
+            att.capability_args.insert("ipRanges".into(), r);
         }
         if let Some(d) = &c.dns_config {
             att.capability_args.insert("dns".into(), serde_json::json!({"servers": d.servers, "searches": d.searches, "options": d.options}));

@@ -43,6 +43,8 @@ pub enum SandboxError {
     },
     #[error("shim: {0}")]
     Shim(String),
+    #[error(transparent)]
+    Resources(#[from] crate::container::resources::ResourceError),
     #[error("{0}")]
     Timeout(String),
 }
@@ -60,6 +62,7 @@ impl SandboxError {
             SandboxError::NameReserved { .. } => Kind::AlreadyExists,
             SandboxError::Timeout(_) => Kind::DeadlineExceeded,
             SandboxError::Image(e) => e.kind(),
+            SandboxError::Resources(e) => e.kind(),
             // No network config yet: the node is not ready for pods.
             SandboxError::Cni(crate::network::cni::CniError::NoConfig(_)) => {
                 Kind::FailedPrecondition

@@ -19,7 +19,11 @@ pub struct State {
     images: OnceLock<Arc<ImageManager>>,
     sandboxes: OnceLock<Arc<crate::sandbox::SandboxManager>>,
     containers: OnceLock<Arc<crate::container::manager::ContainerManager>>,
+    events: OnceLock<Arc<EventHub>>,
 }
+
+/// Where GetContainerEvents subscribers read from.
+pub type EventHub = crate::events::Hub<crate::api::cri::ContainerEventResponse>;
 
 impl State {
     pub fn new(cfg: Config) -> State {
@@ -28,6 +32,7 @@ impl State {
             images: OnceLock::new(),
             sandboxes: OnceLock::new(),
             containers: OnceLock::new(),
+            events: OnceLock::new(),
         }
     }
 
@@ -50,6 +55,18 @@ impl State {
     /// The container manager, or Unavailable while recovering.
     pub fn containers(&self) -> Result<Arc<crate::container::manager::ContainerManager>, Status> {
         self.containers
+            .get()
+            .cloned()
+            .ok_or_else(|| Error::Recovering.into())
+    }
+
+    pub fn set_events(&self, h: Arc<EventHub>) {
+        let _ = self.events.set(h);
+    }
+
+    /// The container events hub, or Unavailable while recovering.
+    pub fn events(&self) -> Result<Arc<EventHub>, Status> {
+        self.events
             .get()
             .cloned()
             .ok_or_else(|| Error::Recovering.into())

@@ -98,6 +98,7 @@ pub async fn serve(cfg: Config) -> anyhow::Result<()> {
         exe: std::env::current_exe().context("locate the husk binary")?,
     };
     let root = cfg.root.clone();
+    let (emitter, raw_events) = crate::events::channel();
     let (failed_tx, failed_rx) = tokio::sync::oneshot::channel::<anyhow::Error>();
     tokio::spawn(async move {
         let r = tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
@@ -109,10 +110,17 @@ pub async fn serve(cfg: Config) -> anyhow::Result<()> {
                 &root,
                 images.clone(),
                 sandboxes.clone(),
+                emitter,
             )
             .context("recover containers")?;
-            recover.set_containers(Arc::new(containers));
+            let containers = Arc::new(containers);
+            containers.watch_exits();
+            recover.set_containers(containers);
             recover.set_sandboxes(sandboxes);
+            recover.set_events(
+                runtime::container_events::start(recover.clone(), raw_events)
+                    .context("start the event dispatcher")?,
+            );
             recover.set_images(images);
             Ok(())
         })

@@ -7,10 +7,24 @@ use std::path::Path;
 
 /// Writes `data` to `path` atomically.
 pub fn write_file(path: &Path, data: &[u8]) -> io::Result<()> {
+    write_file_in(path, data, true)
+}
+
+/// Replaces `path` atomically, failing (NotFound) if its directory is gone
+/// rather than creating it again: for records a concurrent removal may
+/// have deleted.
+pub fn replace_json<T: Serialize>(path: &Path, value: &T) -> io::Result<()> {
+    let data = serde_json::to_vec_pretty(value).map_err(io::Error::other)?;
+    write_file_in(path, &data, false)
+}
+
+fn write_file_in(path: &Path, data: &[u8], create_dir: bool) -> io::Result<()> {
     let dir = path.parent().ok_or_else(|| {
         io::Error::new(io::ErrorKind::InvalidInput, "path has no parent directory")
     })?;
-    fs::create_dir_all(dir)?;
+    if create_dir {
+        fs::create_dir_all(dir)?;
+    }
     let name = path
         .file_name()
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"))?;

@@ -5,6 +5,7 @@
 #![allow(dead_code, clippy::unwrap_used)]
 
 pub mod cni;
+pub mod ctr;
 pub mod images;
 pub mod pod;
 pub mod registry;

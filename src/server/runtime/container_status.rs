@@ -34,38 +34,42 @@ pub async fn handle(
         );
     }
     Ok(ContainerStatusResponse {
-        status: Some(ContainerStatus {
-            id: r.id.clone(),
-            metadata: Some(ContainerMetadata {
-                name: r.name.clone(),
-                attempt: r.attempt,
-            }),
-            state: state_of(&r),
-            created_at: r.created_at,
-            started_at: r.started_at,
-            finished_at: r.finished_at,
-            exit_code: r.exit_code,
-            image: Some(ImageSpec {
-                image: r.image.clone(),
-                ..Default::default()
-            }),
-            image_ref: r.image_ref.clone(),
-            reason: r.reason.clone(),
-            message: r.message.clone(),
-            labels: r.labels.clone().into_iter().collect(),
-            annotations: r.annotations.clone().into_iter().collect(),
-            log_path: r.log_path.clone(),
-            mounts: cfg.as_ref().map(|c| c.mounts.clone()).unwrap_or_default(),
-            resources: cfg
-                .as_ref()
-                .and_then(|c| c.linux.as_ref())
-                .and_then(|l| l.resources.clone())
-                .map(|linux| ContainerResources {
-                    linux: Some(linux),
-                    ..Default::default()
-                }),
-            ..Default::default()
-        }),
+        status: Some(status_of(&r, cfg.as_ref())),
         info,
     })
+}
+
+/// The CRI status of a record (and the config it was created from).
+pub(super) fn status_of(r: &ContainerRecord, cfg: Option<&ContainerConfig>) -> ContainerStatus {
+    ContainerStatus {
+        id: r.id.clone(),
+        metadata: Some(ContainerMetadata {
+            name: r.name.clone(),
+            attempt: r.attempt,
+        }),
+        state: state_of(r),
+        created_at: r.created_at,
+        started_at: r.started_at,
+        finished_at: r.finished_at,
+        exit_code: r.exit_code,
+        image: Some(ImageSpec {
+            image: r.image.clone(),
+            ..Default::default()
+        }),
+        image_ref: r.image_ref.clone(),
+        reason: r.reason.clone(),
+        message: r.message.clone(),
+        labels: r.labels.clone().into_iter().collect(),
+        annotations: r.annotations.clone().into_iter().collect(),
+        log_path: r.log_path.clone(),
+        mounts: cfg.map(|c| c.mounts.clone()).unwrap_or_default(),
+        resources: cfg
+            .and_then(|c| c.linux.as_ref())
+            .and_then(|l| l.resources.clone())
+            .map(|linux| ContainerResources {
+                linux: Some(linux),
+                ..Default::default()
+            }),
+        ..Default::default()
+    }
 }

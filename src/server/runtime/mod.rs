@@ -2,17 +2,26 @@
 //! built yet answer Unimplemented with a message naming what is missing.
 
 mod container_create;
+pub mod container_events;
 mod container_list;
 mod container_remove;
 mod container_reopen_log;
 mod container_start;
+mod container_stats;
+mod container_stats_list;
 mod container_status;
 mod container_stop;
+mod container_update;
 mod exec_sync;
+mod metric_descriptors;
 mod runtime_config;
+mod runtime_config_update;
 mod sandbox_list;
+mod sandbox_metrics;
 mod sandbox_remove;
 mod sandbox_run;
+mod sandbox_stats;
+mod sandbox_stats_list;
 mod sandbox_status;
 mod sandbox_stop;
 mod status;
@@ -21,7 +30,6 @@ mod version;
 use super::instrument::{not_yet, observe, Op, State};
 use crate::api::cri::runtime_service_server::RuntimeService;
 use crate::api::cri::*;
-use std::pin::Pin;
 use std::sync::Arc;
 use tonic::{Request, Response, Status};
 
@@ -36,8 +44,6 @@ impl Runtime {
 }
 
 type Res<T> = Result<Response<T>, Status>;
-const PODS: &str = "pod sandboxes";
-const CONTAINERS: &str = "containers";
 const STREAMING: &str = "streaming sessions";
 
 #[tonic::async_trait]
@@ -186,9 +192,14 @@ impl RuntimeService for Runtime {
     }
     async fn update_container_resources(
         &self,
-        _: Request<UpdateContainerResourcesRequest>,
+        r: Request<UpdateContainerResourcesRequest>,
     ) -> Res<UpdateContainerResourcesResponse> {
-        Err(not_yet("UpdateContainerResources", CONTAINERS))
+        observe(
+            "UpdateContainerResources",
+            Op::Mutate,
+            container_update::handle(&self.state, r.into_inner()),
+        )
+        .await
     }
     async fn reopen_container_log(
         &self,
@@ -220,69 +231,99 @@ impl RuntimeService for Runtime {
     }
     async fn container_stats(
         &self,
-        _: Request<ContainerStatsRequest>,
+        r: Request<ContainerStatsRequest>,
     ) -> Res<ContainerStatsResponse> {
-        Err(not_yet("ContainerStats", CONTAINERS))
+        observe(
+            "ContainerStats",
+            Op::Read,
+            container_stats::handle(&self.state, r.into_inner()),
+        )
+        .await
     }
     async fn list_container_stats(
         &self,
-        _: Request<ListContainerStatsRequest>,
+        r: Request<ListContainerStatsRequest>,
     ) -> Res<ListContainerStatsResponse> {
-        Err(not_yet("ListContainerStats", CONTAINERS))
+        observe(
+            "ListContainerStats",
+            Op::Read,
+            container_stats_list::handle(&self.state, r.into_inner()),
+        )
+        .await
     }
     async fn pod_sandbox_stats(
         &self,
-        _: Request<PodSandboxStatsRequest>,
+        r: Request<PodSandboxStatsRequest>,
     ) -> Res<PodSandboxStatsResponse> {
-        Err(not_yet("PodSandboxStats", PODS))
+        observe(
+            "PodSandboxStats",
+            Op::Read,
+            sandbox_stats::handle(&self.state, r.into_inner()),
+        )
+        .await
     }
     async fn list_pod_sandbox_stats(
         &self,
-        _: Request<ListPodSandboxStatsRequest>,
+        r: Request<ListPodSandboxStatsRequest>,
     ) -> Res<ListPodSandboxStatsResponse> {
-        Err(not_yet("ListPodSandboxStats", PODS))
+        observe(
+            "ListPodSandboxStats",
+            Op::Read,
+            sandbox_stats_list::handle(&self.state, r.into_inner()),
+        )
+        .await
     }
     async fn update_runtime_config(
         &self,
-        _: Request<UpdateRuntimeConfigRequest>,
+        r: Request<UpdateRuntimeConfigRequest>,
     ) -> Res<UpdateRuntimeConfigResponse> {
-        Err(not_yet("UpdateRuntimeConfig", "pod networking"))
+        observe(
+            "UpdateRuntimeConfig",
+            Op::Mutate,
+            runtime_config_update::handle(&self.state, r.into_inner()),
+        )
+        .await
     }
     async fn checkpoint_container(
         &self,
         _: Request<CheckpointContainerRequest>,
     ) -> Res<CheckpointContainerResponse> {
         Err(Status::unimplemented(
-            "CheckpointContainer is not supported by husk",
+            "CheckpointContainer is not supported by husk: checkpoint/restore (CRIU) is not built",
         ))
     }
-    type GetContainerEventsStream = Pin<
-        Box<
-            dyn tokio_stream::Stream<Item = Result<ContainerEventResponse, Status>>
-                + Send
-                + 'static,
-        >,
-    >;
+    type GetContainerEventsStream = container_events::EventStream;
     async fn get_container_events(
         &self,
-        _: Request<GetEventsRequest>,
+        r: Request<GetEventsRequest>,
     ) -> Res<Self::GetContainerEventsStream> {
-        Err(not_yet("GetContainerEvents", CONTAINERS))
+        observe(
+            "GetContainerEvents",
+            Op::Read,
+            container_events::handle(&self.state, r.into_inner()),
+        )
+        .await
     }
     async fn list_metric_descriptors(
         &self,
-        _: Request<ListMetricDescriptorsRequest>,
+        r: Request<ListMetricDescriptorsRequest>,
     ) -> Res<ListMetricDescriptorsResponse> {
-        Err(Status::unimplemented(
-            "ListMetricDescriptors is not supported by husk",
-        ))
+        observe(
+            "ListMetricDescriptors",
+            Op::Read,
+            metric_descriptors::handle(&self.state, r.into_inner()),
+        )
+        .await
     }
     async fn list_pod_sandbox_metrics(
         &self,
-        _: Request<ListPodSandboxMetricsRequest>,
+        r: Request<ListPodSandboxMetricsRequest>,
     ) -> Res<ListPodSandboxMetricsResponse> {
-        Err(Status::unimplemented(
-            "ListPodSandboxMetrics is not supported by husk",
-        ))
+        observe(
+            "ListPodSandboxMetrics",
+            Op::Read,
+            sandbox_metrics::handle(&self.state, r.into_inner()),
+        )
+        .await
     }
 }

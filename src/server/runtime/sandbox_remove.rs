@@ -1,6 +1,8 @@
 //! RemovePodSandbox: stops first; idempotent; an unknown id is success.
+//! Removing a sandbox raises its DELETED event, carrying its last status.
 
 use crate::api::cri::{RemovePodSandboxRequest, RemovePodSandboxResponse};
+use crate::events::Kind;
 use crate::server::instrument::State;
 use tonic::Status;
 
@@ -12,12 +14,20 @@ pub async fn handle(
     if req.pod_sandbox_id.is_empty() {
         return Err(Status::invalid_argument("pod_sandbox_id is required"));
     }
+    let mut removed = None;
     if let Some(id) = sandboxes.resolve(&req.pod_sandbox_id) {
         let containers = state.containers()?;
         for c in containers.of_sandbox(&id) {
             containers.remove(&c).await?;
         }
+        removed = sandboxes.get(&id);
     }
     sandboxes.remove(&req.pod_sandbox_id).await?;
+    if let Some(r) = removed {
+        let id = r.id.clone();
+        state
+            .containers()?
+            .emit_sandbox(Kind::Deleted, &id, Some(r));
+    }
     Ok(RemovePodSandboxResponse {})
 }

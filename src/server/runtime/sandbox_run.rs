@@ -1,6 +1,8 @@
-//! RunPodSandbox: validate, then the sandbox manager's transactional run.
+//! RunPodSandbox: validate, then the sandbox manager's transactional run;
+//! raises the sandbox's CREATED and STARTED events, as containerd does.
 
 use crate::api::cri::{RunPodSandboxRequest, RunPodSandboxResponse};
+use crate::events::Kind;
 use crate::server::instrument::State;
 use tonic::Status;
 
@@ -22,5 +24,9 @@ pub async fn handle(
         )));
     }
     let id = sandboxes.run(config, req.runtime_handler).await?;
+    if let Ok(c) = state.containers() {
+        c.emit_sandbox(Kind::Created, &id, None);
+        c.emit_sandbox(Kind::Started, &id, None);
+    }
     Ok(RunPodSandboxResponse { pod_sandbox_id: id })
 }

@@ -35,6 +35,27 @@ pub async fn handle(
         .into_iter()
         .find(|r| r.id == id)
         .ok_or_else(|| Status::not_found(format!("pod sandbox {id:?} not found")))?;
+    let mut info = HashMap::new();
+    if req.verbose {
+        let v = serde_json::json!({
+            "pid": r.pause_pid,
+            "netNamespacePath": r.netns,
+            "cgroupsPath": r.cgroups_path,
+            "hostname": r.hostname,
+            "record": r,
+        });
+        info.insert("info".to_string(), v.to_string());
+    }
+    Ok(PodSandboxStatusResponse {
+        status: Some(status_of(&r)),
+        info,
+        containers_statuses: Vec::new(),
+        timestamp: crate::image::manager::now_ns(),
+    })
+}
+
+/// The CRI status of a record, as recorded.
+pub(super) fn status_of(r: &SandboxRecord) -> PodSandboxStatus {
     let network = if r.state == SandboxState::Ready {
         Some(PodSandboxNetworkStatus {
             ip: r.ips.first().cloned().unwrap_or_default(),
@@ -48,40 +69,24 @@ pub async fn handle(
     } else {
         Some(PodSandboxNetworkStatus::default())
     };
-    let mut info = HashMap::new();
-    if req.verbose {
-        let v = serde_json::json!({
-            "pid": r.pause_pid,
-            "netNamespacePath": r.netns,
-            "cgroupsPath": r.cgroups_path,
-            "hostname": r.hostname,
-            "record": r,
-        });
-        info.insert("info".to_string(), v.to_string());
-    }
-    Ok(PodSandboxStatusResponse {
-        status: Some(PodSandboxStatus {
-            id: r.id.clone(),
-            metadata: Some(metadata(&r)),
-            state: state_of(&r),
-            created_at: r.created_at,
-            network,
-            linux: Some(LinuxPodSandboxStatus {
-                namespaces: Some(Namespace {
-                    options: Some(NamespaceOption {
-                        network: r.network_mode,
-                        pid: r.pid_mode,
-                        ipc: r.ipc_mode,
-                        ..Default::default()
-                    }),
+    PodSandboxStatus {
+        id: r.id.clone(),
+        metadata: Some(metadata(r)),
+        state: state_of(r),
+        created_at: r.created_at,
+        network,
+        linux: Some(LinuxPodSandboxStatus {
+            namespaces: Some(Namespace {
+                options: Some(NamespaceOption {
+                    network: r.network_mode,
+                    pid: r.pid_mode,
+                    ipc: r.ipc_mode,
+                    ..Default::default()
                 }),
             }),
-            labels: r.labels.clone().into_iter().collect(),
-            annotations: r.annotations.clone().into_iter().collect(),
-            runtime_handler: r.runtime_handler.clone(),
         }),
-        info,
-        containers_statuses: Vec::new(),
-        timestamp: crate::image::manager::now_ns(),
-    })
+        labels: r.labels.clone().into_iter().collect(),
+        annotations: r.annotations.clone().into_iter().collect(),
+        runtime_handler: r.runtime_handler.clone(),
+    }
 }

@@ -1,6 +1,9 @@
-//! StopPodSandbox: idempotent; an unknown id is success (CRI).
+//! StopPodSandbox: idempotent; an unknown id is success (CRI). Stopping a
+//! ready sandbox raises its STOPPED event.
 
 use crate::api::cri::{StopPodSandboxRequest, StopPodSandboxResponse};
+use crate::events::Kind;
+use crate::sandbox::manager::SandboxState;
 use crate::server::instrument::State;
 use tonic::Status;
 
@@ -13,12 +16,19 @@ pub async fn handle(
         return Err(Status::invalid_argument("pod_sandbox_id is required"));
     }
     // Its containers first (SIGKILL: the kubelet has stopped them gracefully already).
+    let mut was_ready = None;
     if let Some(id) = sandboxes.resolve(&req.pod_sandbox_id) {
         let containers = state.containers()?;
         for c in containers.of_sandbox(&id) {
             containers.stop(&c, std::time::Duration::ZERO).await?;
         }
+        if sandboxes.get(&id).map(|r| r.state) == Some(SandboxState::Ready) {
+            was_ready = Some(id);
+        }
     }
     sandboxes.stop(&req.pod_sandbox_id).await?;
+    if let Some(id) = was_ready {
+        state.containers()?.emit_sandbox(Kind::Stopped, &id, None);
+    }
     Ok(StopPodSandboxResponse {})
 }

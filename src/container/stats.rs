@@ -1,0 +1,246 @@
+//! Resource usage of containers and pods, as the stats RPCs report it.
+//!
+//! - A container: its cgroup (`cgroups.rs`: CPU, memory, pids) and its
+//!   writable layer (bytes and inodes under its overlay `upper/`).
+//! - A pod: the sum of its own cgroups (the pause's and each container's;
+//!   pods may share a cgroup parent, so the parent is not read), the
+//!   traffic counters of its network namespace, and its containers.
+//!
+//! `usage_nano_cores` is a rate, so it needs two samples: each read keeps
+//! the latest (usage, time) per container or pod, and the next read divides
+//! the difference by the time between them (as containerd and cAdvisor
+//! do). The first read of something leaves it unset. Samples of containers
+//! and pods that no longer exist are dropped on the next list. Readers that
+//! do not report the rate (the metrics RPC) pass `sample: false` and leave
+//! the samples alone, so they do not shorten the stats callers' interval.
+//!
+//! Everything here does blocking file I/O (and, for the network, joins a
+//! namespace on its own thread); callers run it on a blocking thread.
+
+use super::cgroups::{self, Layout, Usage};
+use super::manager::{ContainerManager, ContainerRecord};
+use crate::network::netdev::{self, Counters};
+use crate::sandbox::manager::{SandboxRecord, SandboxState};
+use crate::sandbox::SandboxError;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+/// The latest CPU sample per container or pod id.
+#[derive(Default)]
+pub struct CpuSamples {
+    last: Mutex<HashMap<String, (u64, i64)>>,
+}
+
+impl CpuSamples {
+    /// Records `(usage_ns, at_ns)` for `key` and returns the rate since the
+    /// previous sample, in nanocores; None for a first sample, or when time
+    /// did not advance or the counter went back (a new cgroup).
+    pub fn rate(&self, key: &str, usage_ns: u64, at_ns: i64) -> Option<u64> {
+        let mut m = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        let prev = m.insert(key.to_string(), (usage_ns, at_ns));
+        let (pu, pt) = prev?;
+        let dt = at_ns - pt;
+        if dt <= 0 || usage_ns < pu {
+            return None;
+        }
+        Some(((usage_ns - pu) as f64 / dt as f64 * 1e9) as u64)
+    }
+
+    /// Forgets samples whose key `keep` rejects.
+    pub fn retain(&self, keep: impl Fn(&str) -> bool) {
+        self.last
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|k, _| keep(k));
+    }
+}
+
+/// Bytes and inodes of a writable layer.
+#[derive(Debug, Clone)]
+pub struct LayerUsage {
+    pub timestamp: i64,
+    pub mountpoint: PathBuf,
+    pub bytes: u64,
+    pub inodes: u64,
+}
+
+/// One container's usage.
+#[derive(Debug, Clone)]
+pub struct ContainerUsage {
+    pub record: ContainerRecord,
+    /// None when its cgroup does not exist (yet or any more).
+    pub cgroup: Option<Usage>,
+    pub nano_cores: Option<u64>,
+    pub writable: LayerUsage,
+}
+
+/// One pod's usage.
+#[derive(Debug, Clone)]
+pub struct SandboxUsage {
+    pub record: SandboxRecord,
+    pub cgroup: Option<Usage>,
+    pub nano_cores: Option<u64>,
+    /// When the counters were read, and each interface's.
+    pub network: Option<(i64, Vec<Counters>)>,
+    pub containers: Vec<ContainerUsage>,
+}
+
+/// Sample keys of pods, apart from container ids.
+fn pod_key(id: &str) -> String {
+    format!("pod/{id}")
+}
+
+impl ContainerManager {
+    fn usage_of(&self, layout: &Layout, r: ContainerRecord, sample: bool) -> ContainerUsage {
+        let cgroup = cgroups::usage(layout, &r.cgroups_path);
+        let nano_cores = cgroup
+            .as_ref()
+            .filter(|_| sample)
+            .and_then(|u| Some((u.cpu?.usage_ns, u.timestamp)))
+            .and_then(|(ns, at)| self.cpu_samples.rate(&r.id, ns, at));
+        let (bytes, inodes) = crate::sys::disk_usage(&self.dir(&r.id).join("upper"));
+        ContainerUsage {
+            writable: LayerUsage {
+                timestamp: crate::image::manager::now_ns(),
+                mountpoint: self.images.fs_mountpoint(),
+                bytes,
+                inodes,
+            },
+            record: r,
+            cgroup,
+            nano_cores,
+        }
+    }
+
+    /// ContainerStats: one container by id (or unique prefix).
+    pub fn container_usage(&self, id: &str) -> Result<ContainerUsage, SandboxError> {
+        let r = self
+            .resolve(id)
+            .and_then(|i| self.get(&i))
+            .ok_or_else(|| SandboxError::NotFound(format!("container {id}")))?;
+        Ok(self.usage_of(Layout::host(), r, true))
+    }
+
+    /// ListContainerStats: every container `keep` accepts.
+    pub fn container_usages(&self, keep: impl Fn(&ContainerRecord) -> bool) -> Vec<ContainerUsage> {
+        let mut recs: Vec<ContainerRecord> = self.lock().0.values().cloned().collect();
+        self.forget_gone_samples();
+        recs.retain(|r| keep(r));
+        recs.sort_by_key(|r| r.created_at);
+        recs.into_iter()
+            .map(|r| self.usage_of(Layout::host(), r, true))
+            .collect()
+    }
+
+    fn forget_gone_samples(&self) {
+        let live: std::collections::HashSet<String> = self
+            .lock()
+            .0
+            .keys()
+            .cloned()
+            .chain(self.sandboxes.list_ids().into_iter().map(|s| pod_key(&s)))
+            .collect();
+        self.cpu_samples.retain(|k| live.contains(k));
+    }
+
+    /// PodSandboxStats: the pod's cgroups summed, its network, its
+    /// containers.
+    pub fn sandbox_usage(
+        &self,
+        sandbox_id: &str,
+        sample: bool,
+    ) -> Result<SandboxUsage, SandboxError> {
+        let rec = self
+            .sandboxes
+            .resolve(sandbox_id)
+            .and_then(|i| self.sandboxes.get(&i))
+            .ok_or_else(|| SandboxError::NotFound(sandbox_id.to_string()))?;
+        let layout = Layout::host();
+        let containers: Vec<ContainerUsage> = {
+            let mut recs: Vec<ContainerRecord> = self
+                .lock()
+                .0
+                .values()
+                .filter(|r| r.sandbox_id == rec.id)
+                .cloned()
+                .collect();
+            recs.sort_by_key(|r| r.created_at);
+            recs.into_iter()
+                .map(|r| self.usage_of(layout, r, sample))
+                .collect()
+        };
+        let mut total = cgroups::usage(layout, &rec.cgroups_path);
+        for c in &containers {
+            if let Some(u) = &c.cgroup {
+                match &mut total {
+                    Some(t) => t.add(u),
+                    None => total = Some(u.clone()),
+                }
+            }
+        }
+        let nano_cores = total
+            .as_ref()
+            .filter(|_| sample)
+            .and_then(|u| Some((u.cpu?.usage_ns, u.timestamp)))
+            .and_then(|(ns, at)| self.cpu_samples.rate(&pod_key(&rec.id), ns, at));
+        let network = match (&rec.netns, rec.state) {
+            (Some(ns), SandboxState::Ready) => match netdev::read(ns) {
+                Ok(v) => Some((crate::image::manager::now_ns(), v)),
+                Err(e) => {
+                    tracing::debug!(pod_sandbox_id = %rec.id, error = %e, "network counters");
+                    None
+                }
+            },
+            _ => None,
+        };
+        Ok(SandboxUsage {
+            record: rec,
+            cgroup: total,
+            nano_cores,
+            network,
+            containers,
+        })
+    }
+
+    /// ListPodSandboxStats: every ready pod `keep` accepts.
+    pub fn sandbox_usages(
+        &self,
+        keep: impl Fn(&SandboxRecord) -> bool,
+        sample: bool,
+    ) -> Vec<SandboxUsage> {
+        self.forget_gone_samples();
+        let mut recs: Vec<SandboxRecord> = self
+            .sandboxes
+            .list_ids()
+            .iter()
+            .filter_map(|i| self.sandboxes.get(i))
+            .filter(|r| r.state == SandboxState::Ready && keep(r))
+            .collect();
+        recs.sort_by_key(|r| r.created_at);
+        recs.iter()
+            .filter_map(|r| self.sandbox_usage(&r.id, sample).ok())
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nano_cores_need_two_samples() {
+        let s = CpuSamples::default();
+        assert_eq!(s.rate("c", 1_000_000_000, 10_000_000_000), None);
+        // Half a core for two seconds.
+        assert_eq!(
+            s.rate("c", 2_000_000_000, 12_000_000_000),
+            Some(500_000_000)
+        );
+        // Time did not move; the counter went back.
+        assert_eq!(s.rate("c", 2_000_000_000, 12_000_000_000), None);
+        assert_eq!(s.rate("c", 5, 13_000_000_000), None);
+        s.retain(|k| k != "c");
+        assert_eq!(s.rate("c", 10, 14_000_000_000), None);
+    }
+}

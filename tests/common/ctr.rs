@@ -1,0 +1,175 @@
+//! Containers in test pods: a busybox app image in the test registry, a
+//! container config, create+start, status and cgroup file helpers.
+
+use super::images::{busybox_entries, Compression, Format, Image, Layer, Pusher};
+use super::pod::Pod;
+use super::server::Husk;
+use husk::api::cri::*;
+use std::path::PathBuf;
+
+/// Pushes and pulls a busybox image whose entrypoint is `sh -c`.
+pub async fn app_image(p: &Pod) -> String {
+    let img = Image::with_config(
+        vec![Layer::new(&busybox_entries(), Compression::Gzip)],
+        "amd64",
+        serde_json::json!({"Entrypoint": ["/bin/sh", "-c"], "Cmd": ["sleep 3600"], "Env": ["PATH=/bin"]}),
+    );
+    Pusher::new(&p.reg)
+        .image("app/busybox", "v1", &img, Format::Oci)
+        .await;
+    let r = format!("{}/app/busybox:v1", p.reg.host());
+    p.h.pull(&r).await.unwrap();
+    r
+}
+
+/// The pod config of `name` in the test's network and cgroup parent, with
+/// its logs under the server's dir.
+pub fn pod_config(p: &Pod, name: &str) -> PodSandboxConfig {
+    let mut c = p.config(name);
+    c.log_directory = p.h.dir.path().join("logs").join(name).display().to_string();
+    c
+}
+
+/// A container running `sh -c script`, with `labels`.
+pub fn shell(image: &str, name: &str, script: &str, labels: &[(&str, &str)]) -> ContainerConfig {
+    ContainerConfig {
+        metadata: Some(ContainerMetadata {
+            name: name.into(),
+            attempt: 0,
+        }),
+        image: Some(ImageSpec {
+            image: image.into(),
+            ..Default::default()
+        }),
+        args: vec![script.to_string()],
+        log_path: format!("{name}/0.log"),
+        labels: labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        linux: Some(LinuxContainerConfig {
+            security_context: Some(LinuxContainerSecurityContext {
+                namespace_options: Some(NamespaceOption {
+                    pid: NamespaceMode::Container as i32,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+pub async fn create(h: &Husk, pod: &str, pc: &PodSandboxConfig, c: ContainerConfig) -> String {
+    h.runtime()
+        .await
+        .create_container(CreateContainerRequest {
+            pod_sandbox_id: pod.into(),
+            config: Some(c),
+            sandbox_config: Some(pc.clone()),
+        })
+        .await
+        .unwrap_or_else(|e| panic!("create in {pod}: {e:?}\n{}", h.log()))
+        .into_inner()
+        .container_id
+}
+
+pub async fn start(h: &Husk, id: &str) {
+    h.runtime()
+        .await
+        .start_container(StartContainerRequest {
+            container_id: id.into(),
+        })
+        .await
+        .unwrap_or_else(|e| panic!("start {id}: {e:?}"));
+}
+
+pub async fn create_start(
+    h: &Husk,
+    pod: &str,
+    pc: &PodSandboxConfig,
+    c: ContainerConfig,
+) -> String {
+    let id = create(h, pod, pc, c).await;
+    start(h, &id).await;
+    id
+}
+
+pub async fn container_status(h: &Husk, id: &str) -> ContainerStatus {
+    h.runtime()
+        .await
+        .container_status(ContainerStatusRequest {
+            container_id: id.into(),
+            verbose: false,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .status
+        .unwrap()
+}
+
+pub async fn stop_remove(h: &Husk, id: &str) {
+    let mut rt = h.runtime().await;
+    rt.stop_container(StopContainerRequest {
+        container_id: id.into(),
+        timeout: 0,
+    })
+    .await
+    .unwrap();
+    rt.remove_container(RemoveContainerRequest {
+        container_id: id.into(),
+    })
+    .await
+    .unwrap();
+}
+
+pub async fn stop_remove_pod(h: &Husk, id: &str) {
+    let mut rt = h.runtime().await;
+    rt.stop_pod_sandbox(StopPodSandboxRequest {
+        pod_sandbox_id: id.into(),
+    })
+    .await
+    .unwrap();
+    rt.remove_pod_sandbox(RemovePodSandboxRequest {
+        pod_sandbox_id: id.into(),
+    })
+    .await
+    .unwrap();
+}
+
+/// Evaluates `$check` (an `Option` expression, which may `.await`) every
+/// 100 ms until it is Some, for up to `$secs` seconds; gives the value.
+#[macro_export]
+macro_rules! wait_for {
+    ($secs:expr, $what:expr, $check:expr) => {{
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs($secs);
+        loop {
+            if let Some(v) = $check {
+                break v;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "timed out waiting for {}",
+                $what
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    }};
+}
+
+/// A v1 controller's directory for a container (`<parent>/<id>`).
+pub fn cgroup_dir(p: &Pod, controller: &str, id: &str) -> PathBuf {
+    PathBuf::from("/sys/fs/cgroup")
+        .join(controller)
+        .join(&p.cgroup_parent)
+        .join(id)
+}
+
+pub fn cgroup_file(p: &Pod, controller: &str, id: &str, file: &str) -> String {
+    std::fs::read_to_string(cgroup_dir(p, controller, id).join(file))
+        .unwrap_or_else(|e| panic!("{controller}/{file} of {id}: {e}"))
+        .trim()
+        .to_string()
+}
