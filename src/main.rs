@@ -48,6 +48,12 @@ struct ServeFlags {
     /// text|json
     #[arg(long)]
     log_format: Option<String>,
+    /// Streaming server ip:port (port 0: random).
+    #[arg(long)]
+    streaming_address: Option<String>,
+    /// Seconds a streaming URL stays valid.
+    #[arg(long)]
+    streaming_token_ttl: Option<u64>,
 }
 
 #[derive(Subcommand)]
@@ -61,6 +67,34 @@ enum Cmd {
         endpoint: String,
         #[command(subcommand)]
         cmd: ImagesCmd,
+    },
+    /// Run a command in a running container (streaming, over CRI Exec).
+    Exec {
+        #[command(flatten)]
+        s: StreamFlags,
+        container: String,
+        #[arg(last = true, required = true)]
+        cmd: Vec<String>,
+    },
+    /// Attach to a running container's stdio (CRI Attach).
+    Attach {
+        #[command(flatten)]
+        s: StreamFlags,
+        container: String,
+    },
+    /// Forward a local port to a port in a pod (CRI PortForward).
+    PortForward {
+        #[arg(long, env = "CONTAINER_RUNTIME_ENDPOINT", default_value = husk::cli::DEFAULT_ENDPOINT)]
+        endpoint: String,
+        /// spdy or websocket.
+        #[arg(long, default_value = "spdy")]
+        transport: String,
+        /// CA certificate for an https streaming server.
+        #[arg(long)]
+        tls_ca: Option<PathBuf>,
+        pod: String,
+        /// LOCAL:REMOTE ports.
+        ports: String,
     },
     /// Measure CRI runtimes side by side (`--vs`), interleaved in one run.
     Bench {
@@ -98,6 +132,37 @@ enum Cmd {
         #[command(subcommand)]
         cmd: ConfigCmd,
     },
+}
+
+#[derive(clap::Args)]
+struct StreamFlags {
+    #[arg(long, env = "CONTAINER_RUNTIME_ENDPOINT", default_value = husk::cli::DEFAULT_ENDPOINT)]
+    endpoint: String,
+    /// Keep stdin open.
+    #[arg(short, long)]
+    interactive: bool,
+    /// Allocate a terminal.
+    #[arg(short, long)]
+    tty: bool,
+    /// spdy or websocket.
+    #[arg(long, default_value = "spdy")]
+    transport: String,
+    /// CA certificate for an https streaming server.
+    #[arg(long)]
+    tls_ca: Option<PathBuf>,
+}
+
+impl StreamFlags {
+    fn opts(&self) -> anyhow::Result<husk::cli::stream::Opts> {
+        Ok(husk::cli::stream::Opts {
+            stdin: self.interactive,
+            tty: self.tty,
+            transport: self.transport.parse().map_err(|e: String| anyhow::anyhow!(e))?,
+            tls: husk::streaming::client::Tls {
+                ca: self.tls_ca.clone(),
+            },
+        })
+    }
 }
 
 #[derive(Subcommand)]
@@ -175,6 +240,12 @@ fn load_config(f: &ServeFlags) -> Result<Config, husk::config::ConfigError> {
     if let Some(v) = &f.log_format {
         c.log_format = v.clone();
     }
+    if let Some(v) = &f.streaming_address {
+        c.streaming.address = v.clone();
+    }
+    if let Some(v) = f.streaming_token_ttl {
+        c.streaming.token_ttl_secs = v;
+    }
     c.validate()?;
     Ok(c)
 }
@@ -236,6 +307,40 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             json,
         })),
         Cmd::Shim { .. } => Ok(()),
+        Cmd::Exec { s, container, cmd } => {
+            let code = runtime()?.block_on(husk::cli::stream::exec(
+                &s.endpoint,
+                &container,
+                cmd,
+                s.opts()?,
+            ))?;
+            std::process::exit(code);
+        }
+        Cmd::Attach { s, container } => {
+            let code =
+                runtime()?.block_on(husk::cli::stream::attach(&s.endpoint, &container, s.opts()?))?;
+            std::process::exit(code);
+        }
+        Cmd::PortForward {
+            endpoint,
+            transport,
+            tls_ca,
+            pod,
+            ports,
+        } => {
+            let (l, r) = ports
+                .split_once(':')
+                .and_then(|(l, r)| Some((l.parse::<u16>().ok()?, r.parse::<u16>().ok()?)))
+                .ok_or_else(|| anyhow::anyhow!("ports {ports:?}: use LOCAL:REMOTE"))?;
+            runtime()?.block_on(husk::cli::stream::port_forward(
+                &endpoint,
+                &pod,
+                l,
+                r,
+                transport.parse().map_err(|e: String| anyhow::anyhow!(e))?,
+                husk::streaming::client::Tls { ca: tls_ca },
+            ))
+        }
         Cmd::Config {
             cmd: ConfigCmd::Default,
         } => {

@@ -5,6 +5,7 @@ pub mod manager;
 mod ops;
 pub mod seccomp;
 pub mod spec;
+pub mod stream;
 pub mod user;
 
 /// Why a container config was refused.

@@ -45,6 +45,9 @@ pub enum SandboxError {
     Shim(String),
     #[error("{0}")]
     Timeout(String),
+    /// The container or process is not in a state the request needs.
+    #[error("{0}")]
+    NotRunning(String),
 }
 
 impl SandboxError {
@@ -59,6 +62,7 @@ impl SandboxError {
             SandboxError::NotFound(_) => Kind::NotFound,
             SandboxError::NameReserved { .. } => Kind::AlreadyExists,
             SandboxError::Timeout(_) => Kind::DeadlineExceeded,
+            SandboxError::NotRunning(_) => Kind::FailedPrecondition,
             SandboxError::Image(e) => e.kind(),
             // No network config yet: the node is not ready for pods.
             SandboxError::Cni(crate::network::cni::CniError::NoConfig(_)) => {

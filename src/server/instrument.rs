@@ -19,6 +19,7 @@ pub struct State {
     images: OnceLock<Arc<ImageManager>>,
     sandboxes: OnceLock<Arc<crate::sandbox::SandboxManager>>,
     containers: OnceLock<Arc<crate::container::manager::ContainerManager>>,
+    streaming: OnceLock<Arc<crate::streaming::Server>>,
 }
 
 impl State {
@@ -28,6 +29,7 @@ impl State {
             images: OnceLock::new(),
             sandboxes: OnceLock::new(),
             containers: OnceLock::new(),
+            streaming: OnceLock::new(),
         }
     }
 
@@ -53,6 +55,18 @@ impl State {
             .get()
             .cloned()
             .ok_or_else(|| Error::Recovering.into())
+    }
+
+    pub fn set_streaming(&self, s: Arc<crate::streaming::Server>) {
+        let _ = self.streaming.set(s);
+    }
+
+    /// The streaming server (started with `husk serve`).
+    pub fn streaming(&self) -> Result<Arc<crate::streaming::Server>, Status> {
+        self.streaming
+            .get()
+            .cloned()
+            .ok_or_else(|| Status::unavailable("the streaming server is not running"))
     }
 
     pub fn set_sandboxes(&self, m: Arc<crate::sandbox::SandboxManager>) {

@@ -17,8 +17,10 @@
 
 pub mod client;
 pub mod exec;
+pub mod fdpass;
 pub mod monitor;
 pub mod process;
+pub mod stream;
 pub mod wire;
 
 /// Exit record written when a container's init is reaped.

@@ -1,6 +1,7 @@
 //! The CRI RuntimeService. One file per implemented RPC; RPCs of parts not
 //! built yet answer Unimplemented with a message naming what is missing.
 
+mod attach;
 mod container_create;
 mod container_list;
 mod container_remove;
@@ -8,7 +9,9 @@ mod container_reopen_log;
 mod container_start;
 mod container_status;
 mod container_stop;
+mod exec;
 mod exec_sync;
+mod port_forward;
 mod runtime_config;
 mod sandbox_list;
 mod sandbox_remove;
@@ -38,7 +41,6 @@ impl Runtime {
 type Res<T> = Result<Response<T>, Status>;
 const PODS: &str = "pod sandboxes";
 const CONTAINERS: &str = "containers";
-const STREAMING: &str = "streaming sessions";
 
 #[tonic::async_trait]
 impl RuntimeService for Runtime {
@@ -209,14 +211,24 @@ impl RuntimeService for Runtime {
         )
         .await
     }
-    async fn exec(&self, _: Request<ExecRequest>) -> Res<ExecResponse> {
-        Err(not_yet("Exec", STREAMING))
+    async fn exec(&self, r: Request<ExecRequest>) -> Res<ExecResponse> {
+        observe("Exec", Op::Mutate, exec::handle(&self.state, r.into_inner())).await
     }
-    async fn attach(&self, _: Request<AttachRequest>) -> Res<AttachResponse> {
-        Err(not_yet("Attach", STREAMING))
+    async fn attach(&self, r: Request<AttachRequest>) -> Res<AttachResponse> {
+        observe(
+            "Attach",
+            Op::Mutate,
+            attach::handle(&self.state, r.into_inner()),
+        )
+        .await
     }
-    async fn port_forward(&self, _: Request<PortForwardRequest>) -> Res<PortForwardResponse> {
-        Err(not_yet("PortForward", STREAMING))
+    async fn port_forward(&self, r: Request<PortForwardRequest>) -> Res<PortForwardResponse> {
+        observe(
+            "PortForward",
+            Op::Mutate,
+            port_forward::handle(&self.state, r.into_inner()),
+        )
+        .await
     }
     async fn container_stats(
         &self,
