@@ -1,5 +1,5 @@
 # husk: common tasks. Every target installs what it needs first.
-.PHONY: setup build test demo bench-pull bench-sandbox bench-containers lint
+.PHONY: setup build test demo bench-pull bench-sandbox bench-containers bench-stream lint
 
 setup:
 	bash packaging/setup-dev.sh
@@ -32,3 +32,7 @@ bench-sandbox: build
 # Containers: create+start, stop+remove, full pod, 50 parallel pods, memory.
 bench-containers: build
 	OPS=container bash packaging/bench-sandbox.sh
+
+# Streaming: ExecSync and streaming exec of `true`, port-forward MB/s.
+bench-stream: build
+	OPS=stream ITERATIONS=$${ITERATIONS:-30} bash packaging/bench-sandbox.sh

@@ -217,7 +217,12 @@ impl Config {
                 "registry.stall_timeout_secs: must be at least 1".into(),
             ));
         }
-        if self.streaming.address.parse::<std::net::SocketAddr>().is_err() {
+        if self
+            .streaming
+            .address
+            .parse::<std::net::SocketAddr>()
+            .is_err()
+        {
             return Err(ConfigError(format!(
                 "streaming.address: {:?} is not an ip:port",
                 self.streaming.address

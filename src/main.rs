@@ -107,7 +107,7 @@ enum Cmd {
         /// Iterations per operation.
         #[arg(long, default_value_t = 5)]
         iterations: usize,
-        /// Operations: pull, sandbox, container (comma-separated).
+        /// Operations: pull, sandbox, container, stream (comma-separated).
         #[arg(long, default_value = "pull")]
         ops: String,
         /// Image for the cold-pull operation.
@@ -157,7 +157,10 @@ impl StreamFlags {
         Ok(husk::cli::stream::Opts {
             stdin: self.interactive,
             tty: self.tty,
-            transport: self.transport.parse().map_err(|e: String| anyhow::anyhow!(e))?,
+            transport: self
+                .transport
+                .parse()
+                .map_err(|e: String| anyhow::anyhow!(e))?,
             tls: husk::streaming::client::Tls {
                 ca: self.tls_ca.clone(),
             },
@@ -317,8 +320,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             std::process::exit(code);
         }
         Cmd::Attach { s, container } => {
-            let code =
-                runtime()?.block_on(husk::cli::stream::attach(&s.endpoint, &container, s.opts()?))?;
+            let code = runtime()?.block_on(husk::cli::stream::attach(
+                &s.endpoint,
+                &container,
+                s.opts()?,
+            ))?;
             std::process::exit(code);
         }
         Cmd::PortForward {
@@ -437,8 +443,21 @@ async fn bench(a: BenchArgs) -> anyhow::Result<()> {
                 }
                 report.insert("container".into(), serde_json::to_value(&results)?);
             }
+            "stream" => {
+                anyhow::ensure!(
+                    !a.image.is_empty(),
+                    "--image is required for the stream benchmark"
+                );
+                let results = stream::bench_stream(&mut targets, &a.image, a.iterations).await?;
+                if !a.json {
+                    print_stream(a.iterations, &results);
+                }
+                report.insert("stream".into(), serde_json::to_value(&results)?);
+            }
             other => {
-                anyhow::bail!("unknown benchmark operation {other:?} (pull, sandbox, container)")
+                anyhow::bail!(
+                    "unknown benchmark operation {other:?} (pull, sandbox, container, stream)"
+                )
             }
         }
     }
@@ -584,6 +603,40 @@ fn print_containers(iterations: usize, results: &[husk::bench::container::Contai
             a.parallel_pods,
             ratio(a.parallel_wall_ms, b.parallel_wall_ms),
             ratio(a.per_pod_mb, b.per_pod_mb)
+        );
+    }
+}
+
+fn print_stream(iterations: usize, results: &[husk::bench::stream::StreamResult]) {
+    println!("streaming, {iterations} interleaved iterations");
+    println!(
+        "{:<28} {:>14} {:>14} {:>18} {:>18} {:>16}",
+        "runtime",
+        "ExecSync p50",
+        "ExecSync p90",
+        "stream exec p50",
+        "stream exec p90",
+        "port-fwd MB/s"
+    );
+    for r in results {
+        println!(
+            "{:<28} {:>11.1} ms {:>11.1} ms {:>15.1} ms {:>15.1} ms {:>16.1}",
+            r.runtime,
+            r.exec_sync.p50_ms,
+            r.exec_sync.p90_ms,
+            r.exec_stream.p50_ms,
+            r.exec_stream.p90_ms,
+            r.port_forward_mb_per_s
+        );
+    }
+    if let [a, b] = results {
+        println!(
+            "ratio {} / {}: ExecSync p50 {:.2}x, streaming exec p50 {:.2}x, port-forward throughput {:.2}x",
+            a.runtime,
+            b.runtime,
+            ratio(a.exec_sync.p50_ms, b.exec_sync.p50_ms),
+            ratio(a.exec_stream.p50_ms, b.exec_stream.p50_ms),
+            ratio(a.port_forward_mb_per_s, b.port_forward_mb_per_s)
         );
     }
 }

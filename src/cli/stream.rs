@@ -82,7 +82,12 @@ fn stdio(o: &Opts) -> Stdio {
 }
 
 /// Runs `cmd` in `container`; returns its exit code.
-pub async fn exec(endpoint: &str, container: &str, cmd: Vec<String>, o: Opts) -> anyhow::Result<i32> {
+pub async fn exec(
+    endpoint: &str,
+    container: &str,
+    cmd: Vec<String>,
+    o: Opts,
+) -> anyhow::Result<i32> {
     let mut rt = RuntimeServiceClient::new(super::connect(endpoint).await?);
     let url = rt
         .exec(ExecRequest {

@@ -497,19 +497,17 @@ impl Shim {
             }
             Ok(ShimRequest {
                 request: Some(Request::StreamExec(x)),
-            }) => {
-                match self.containers.get(&x.id).map(|e| e.status) {
-                    Some(Status::Running) => {
-                        self.streams.exec(&self.youki, &self.dir, &x, conn);
-                        return;
-                    }
-                    Some(_) => reply_err(
-                        FAILED_PRECONDITION,
-                        format!("container {} is not running", x.id),
-                    ),
-                    None => reply_err(NOT_FOUND, format!("container {} not found", x.id)),
+            }) => match self.containers.get(&x.id).map(|e| e.status) {
+                Some(Status::Running) => {
+                    self.streams.exec(&self.youki, &self.dir, &x, conn);
+                    return;
                 }
-            }
+                Some(_) => reply_err(
+                    FAILED_PRECONDITION,
+                    format!("container {} is not running", x.id),
+                ),
+                None => reply_err(NOT_FOUND, format!("container {} not found", x.id)),
+            },
             Ok(ShimRequest {
                 request: Some(Request::Attach(a)),
             }) => match self.containers.get(&a.id).map(|e| e.status) {

@@ -146,9 +146,7 @@ pub fn run(dir: &Path) -> io::Result<()> {
                 Ok(_) | Err(rustix::io::Errno::INTR) => {}
                 Err(e) => return Err(e.into()),
             }
-            let streams_ready = fds[first_stream..]
-                .iter()
-                .any(|f| !f.revents().is_empty());
+            let streams_ready = fds[first_stream..].iter().any(|f| !f.revents().is_empty());
             (
                 fds[2..first_stream].iter().any(|f| !f.revents().is_empty()),
                 streams_ready,

@@ -190,7 +190,13 @@ impl Streams {
     }
 
     /// Starts a stream exec; answers on `conn` (descriptors, then exit).
-    pub fn exec(&mut self, youki: &Path, dir: &Path, req: &StreamExecRequest, mut conn: UnixStream) {
+    pub fn exec(
+        &mut self,
+        youki: &Path,
+        dir: &Path,
+        req: &StreamExecRequest,
+        mut conn: UnixStream,
+    ) {
         match start_exec(youki, dir, req) {
             Ok((pid, fds, which)) => {
                 let borrowed: Vec<BorrowedFd<'_>> = fds.iter().map(|f| f.as_fd()).collect();
@@ -405,7 +411,8 @@ fn start_exec(
     if req.args.is_empty() {
         return Err("exec needs a command".into());
     }
-    let c = Container::load(youki.join(&req.id)).map_err(|e| format!("container {}: {e}", req.id))?;
+    let c =
+        Container::load(youki.join(&req.id)).map_err(|e| format!("container {}: {e}", req.id))?;
     let spec: serde_json::Value = std::fs::read(c.bundle().join("config.json"))
         .ok()
         .and_then(|b| serde_json::from_slice(&b).ok())
@@ -418,7 +425,10 @@ fn start_exec(
     process["terminal"] = serde_json::json!(req.tty);
     if req.tty {
         let env = process["env"].as_array().cloned().unwrap_or_default();
-        if !env.iter().any(|e| e.as_str().is_some_and(|s| s.starts_with("TERM="))) {
+        if !env
+            .iter()
+            .any(|e| e.as_str().is_some_and(|s| s.starts_with("TERM=")))
+        {
             let mut env = env;
             env.push(serde_json::json!("TERM=xterm"));
             process["env"] = serde_json::json!(env);

@@ -82,7 +82,13 @@ fn parse_url(url: &str) -> Result<Target, ClientError> {
     if host.is_empty() {
         return Err(bad("no host"));
     }
-    let host = if host.rsplit(':').next().is_some_and(|p| p.parse::<u16>().is_ok()) && host.contains(':') && !host.ends_with(']') {
+    let host = if host
+        .rsplit(':')
+        .next()
+        .is_some_and(|p| p.parse::<u16>().is_ok())
+        && host.contains(':')
+        && !host.ends_with(']')
+    {
         host.to_string()
     } else if https {
         format!("{host}:443")
@@ -106,10 +112,9 @@ async fn dial(t: &Target, tls: &Tls) -> Result<Box<dyn Io>, ClientError> {
     use tokio_rustls::rustls::pki_types::pem::PemObject;
     use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
     let mut roots = rustls::RootCertStore::empty();
-    let ca = tls
-        .ca
-        .as_ref()
-        .ok_or_else(|| ClientError::Url(t.host.clone(), "https needs a CA file (--tls-ca)".into()))?;
+    let ca = tls.ca.as_ref().ok_or_else(|| {
+        ClientError::Url(t.host.clone(), "https needs a CA file (--tls-ca)".into())
+    })?;
     for c in CertificateDer::pem_file_iter(ca).map_err(|e| io::Error::other(e.to_string()))? {
         roots
             .add(c.map_err(|e| io::Error::other(e.to_string()))?)
@@ -162,8 +167,12 @@ async fn spdy_connect(
     if head.status != 101 || !head.upgrades_to("SPDY/3.1") {
         return Err(refused(io, head).await);
     }
-    let proto = head.header("x-stream-protocol-version").unwrap_or("").to_string();
-    let (session, mut incoming) = spdy::Session::start(http::Prefixed::new(head.rest.clone(), io), false)?;
+    let proto = head
+        .header("x-stream-protocol-version")
+        .unwrap_or("")
+        .to_string();
+    let (session, mut incoming) =
+        spdy::Session::start(http::Prefixed::new(head.rest.clone(), io), false)?;
     // Servers do not open streams towards the client here.
     tokio::spawn(async move {
         while let Some(i) = incoming.recv().await {
@@ -197,7 +206,10 @@ async fn ws_connect(
     if head.header("sec-websocket-accept") != Some(ws::accept_key(&key).as_str()) {
         return Err(ClientError::Remote("bad Sec-WebSocket-Accept".into()));
     }
-    let proto = head.header("sec-websocket-protocol").unwrap_or("").to_string();
+    let proto = head
+        .header("sec-websocket-protocol")
+        .unwrap_or("")
+        .to_string();
     Ok((http::Prefixed::new(head.rest.clone(), io), proto))
 }
 
@@ -218,7 +230,9 @@ pub fn decode_status(raw: &[u8], json: bool) -> Result<i32, ClientError> {
         return Ok(0);
     }
     if !json {
-        return Err(ClientError::Remote(String::from_utf8_lossy(raw).into_owned()));
+        return Err(ClientError::Remote(
+            String::from_utf8_lossy(raw).into_owned(),
+        ));
     }
     let v: serde_json::Value = serde_json::from_slice(raw)
         .map_err(|e| ClientError::Remote(format!("error stream protocol error: {e}")))?;
@@ -231,7 +245,9 @@ pub fn decode_status(raw: &[u8], json: bool) -> Result<i32, ClientError> {
             .find(|c| c["reason"] == "ExitCode")
             .and_then(|c| c["message"].as_str())
             .and_then(|m| m.parse::<i32>().ok())
-            .ok_or_else(|| ClientError::Remote("error stream protocol error: no ExitCode cause".into())),
+            .ok_or_else(|| {
+                ClientError::Remote("error stream protocol error: no ExitCode cause".into())
+            }),
         _ => Err(ClientError::Remote(
             v["message"].as_str().unwrap_or("unknown error").to_string(),
         )),
@@ -268,7 +284,12 @@ async fn remotecommand_spdy(url: &str, tls: &Tls, mut io: Stdio) -> Result<i32, 
     let (session, proto) = spdy_connect(
         url,
         tls,
-        &["v4.channel.k8s.io", "v3.channel.k8s.io", "v2.channel.k8s.io", "channel.k8s.io"],
+        &[
+            "v4.channel.k8s.io",
+            "v3.channel.k8s.io",
+            "v2.channel.k8s.io",
+            "channel.k8s.io",
+        ],
     )
     .await?;
     let wait = Duration::from_secs(30);
@@ -333,7 +354,10 @@ async fn remotecommand_spdy(url: &str, tls: &Tls, mut io: Stdio) -> Result<i32, 
         status.extend_from_slice(&d);
     }
     session.close().await;
-    decode_status(&status, proto == "v4.channel.k8s.io" || proto == "v5.channel.k8s.io")
+    decode_status(
+        &status,
+        proto == "v4.channel.k8s.io" || proto == "v5.channel.k8s.io",
+    )
 }
 
 async fn remotecommand_ws(url: &str, tls: &Tls, mut io: Stdio) -> Result<i32, ClientError> {
@@ -353,7 +377,10 @@ async fn remotecommand_ws(url: &str, tls: &Tls, mut io: Stdio) -> Result<i32, Cl
                 match src.read(&mut buf).await {
                     Ok(0) | Err(_) => break,
                     Ok(n) => {
-                        if channels::ws_send(&w, STDIN, false, &buf[..n]).await.is_err() {
+                        if channels::ws_send(&w, STDIN, false, &buf[..n])
+                            .await
+                            .is_err()
+                        {
                             return;
                         }
                     }
@@ -368,7 +395,10 @@ async fn remotecommand_ws(url: &str, tls: &Tls, mut io: Stdio) -> Result<i32, Cl
         let w = writer.clone();
         tokio::spawn(async move {
             while let Some((c, r)) = rx.recv().await {
-                if channels::ws_send(&w, RESIZE, false, &size_json(c, r)).await.is_err() {
+                if channels::ws_send(&w, RESIZE, false, &size_json(c, r))
+                    .await
+                    .is_err()
+                {
                     break;
                 }
             }
@@ -406,11 +436,16 @@ pub struct PortForwarder {
 
 impl PortForwarder {
     /// Connects over SPDY, or SPDY tunnelled through a WebSocket.
-    pub async fn connect(url: &str, transport: Transport, tls: &Tls) -> Result<PortForwarder, ClientError> {
+    pub async fn connect(
+        url: &str,
+        transport: Transport,
+        tls: &Tls,
+    ) -> Result<PortForwarder, ClientError> {
         let session = match transport {
             Transport::Spdy => spdy_connect(url, tls, &["portforward.k8s.io"]).await?.0,
             Transport::WebSocket => {
-                let (conn, proto) = ws_connect(url, tls, &[super::portforward::TUNNEL_PROTOCOL]).await?;
+                let (conn, proto) =
+                    ws_connect(url, tls, &[super::portforward::TUNNEL_PROTOCOL]).await?;
                 if proto != super::portforward::TUNNEL_PROTOCOL {
                     return Err(ClientError::Remote(format!(
                         "the server chose websocket protocol {proto:?}, not the SPDY tunnel"
@@ -455,7 +490,7 @@ impl PortForwarder {
             m
         });
         let (mut lr, mut lw) = tokio::io::split(local);
-        let up = async {
+        let up = async move {
             let mut buf = vec![0u8; 64 * 1024];
             loop {
                 match lr.read(&mut buf).await {
@@ -478,7 +513,11 @@ impl PortForwarder {
             }
             let _ = lw.shutdown().await;
         };
-        tokio::join!(up, down);
+        // As client-go does: done once the remote side is, whether or not
+        // the local side has finished sending.
+        let up = tokio::spawn(up);
+        down.await;
+        up.abort();
         let msg = errors.await.unwrap_or_default();
         if !msg.is_empty() {
             return Err(ClientError::Remote(format!(
@@ -506,7 +545,9 @@ where
 {
     let (conn, proto) = ws_connect(url, tls, &["v4.channel.k8s.io"]).await?;
     if proto != "v4.channel.k8s.io" {
-        return Err(ClientError::Remote(format!("unexpected websocket protocol {proto:?}")));
+        return Err(ClientError::Remote(format!(
+            "unexpected websocket protocol {proto:?}"
+        )));
     }
     let (mut reader, writer) = ws::split(conn, false);
     let mut sinks: Vec<Option<tokio::io::WriteHalf<S>>> = Vec::new();
@@ -523,7 +564,10 @@ where
                 match r.read(&mut buf).await {
                     Ok(0) | Err(_) => break,
                     Ok(n) => {
-                        if channels::ws_send(&wr, (2 * i) as u8, false, &buf[..n]).await.is_err() {
+                        if channels::ws_send(&wr, (2 * i) as u8, false, &buf[..n])
+                            .await
+                            .is_err()
+                        {
                             break;
                         }
                     }
@@ -580,10 +624,16 @@ mod tests {
     #[test]
     fn urls_and_statuses() {
         let t = parse_url("http://127.0.0.1:1234/exec/abc").expect("url");
-        assert_eq!((t.https, t.host.as_str(), t.path.as_str()), (false, "127.0.0.1:1234", "/exec/abc"));
+        assert_eq!(
+            (t.https, t.host.as_str(), t.path.as_str()),
+            (false, "127.0.0.1:1234", "/exec/abc")
+        );
         assert_eq!(parse_url("https://h/x").expect("url").host, "h:443");
         assert!(parse_url("ftp://x").is_err());
-        assert_eq!(decode_status(br#"{"metadata":{},"status":"Success"}"#, true).expect("ok"), 0);
+        assert_eq!(
+            decode_status(br#"{"metadata":{},"status":"Success"}"#, true).expect("ok"),
+            0
+        );
         let nz = br#"{"status":"Failure","reason":"NonZeroExitCode","details":{"causes":[{"reason":"ExitCode","message":"42"}]}}"#;
         assert_eq!(decode_status(nz, true).expect("code"), 42);
         assert!(decode_status(br#"{"status":"Failure","message":"boom"}"#, true).is_err());

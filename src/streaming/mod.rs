@@ -49,8 +49,12 @@ pub struct ProcessIo {
 /// Where sessions get their processes and network namespaces.
 #[async_trait::async_trait]
 pub trait Backend: Send + Sync + 'static {
-    async fn exec(&self, container: &str, cmd: &[String], opts: StdioOpts)
-        -> Result<ProcessIo, String>;
+    async fn exec(
+        &self,
+        container: &str,
+        cmd: &[String],
+        opts: StdioOpts,
+    ) -> Result<ProcessIo, String>;
     async fn attach(&self, container: &str, opts: StdioOpts) -> Result<ProcessIo, String>;
     /// The pinned network namespace of a sandbox.
     fn netns(&self, sandbox: &str) -> Result<PathBuf, String>;
@@ -115,7 +119,9 @@ impl Server {
         };
         let listener = tokio::net::TcpListener::bind(&s.address)
             .await
-            .map_err(|e| io::Error::new(e.kind(), format!("streaming listen on {}: {e}", s.address)))?;
+            .map_err(|e| {
+                io::Error::new(e.kind(), format!("streaming listen on {}: {e}", s.address))
+            })?;
         let addr = listener.local_addr()?;
         let scheme = if tls.is_some() { "https" } else { "http" };
         let server = Arc::new(Server {
@@ -198,10 +204,13 @@ impl Server {
             Pending::PortForward { sandbox, ports } => {
                 let netns = match backend.netns(&sandbox) {
                     Ok(n) => n,
-                    Err(e) => return http::respond(&mut io, 500, "Internal Server Error", &[], &e).await,
+                    Err(e) => {
+                        return http::respond(&mut io, 500, "Internal Server Error", &[], &e).await
+                    }
                 };
                 if websocket {
-                    let mut allowed: Vec<(&str, bool)> = vec![(portforward::TUNNEL_PROTOCOL, false)];
+                    let mut allowed: Vec<(&str, bool)> =
+                        vec![(portforward::TUNNEL_PROTOCOL, false)];
                     allowed.extend_from_slice(portforward::WS_PROTOCOLS);
                     let Some((proto, b64)) = ws_accept(&mut io, &head, &allowed).await? else {
                         return Ok(());
@@ -214,14 +223,19 @@ impl Server {
                         portforward::serve_ws(io, b64, ports, sandbox, netns).await
                     }
                 } else {
-                    let Some(_proto) = spdy_accept(&mut io, &head, &[portforward::SPDY_PROTOCOL]).await?
+                    let Some(_proto) =
+                        spdy_accept(&mut io, &head, &[portforward::SPDY_PROTOCOL]).await?
                     else {
                         return Ok(());
                     };
                     portforward::serve_spdy(http::Prefixed::new(rest, io), sandbox, netns).await
                 }
             }
-            Pending::Exec { container, cmd, opts } => {
+            Pending::Exec {
+                container,
+                cmd,
+                opts,
+            } => {
                 let streams = match self.open_streams(io, &head, rest, websocket, opts).await? {
                     Some(s) => s,
                     None => return Ok(()),
@@ -249,7 +263,9 @@ impl Server {
                     Err(e) => {
                         let pio = ProcessIo {
                             exit: Some(Box::pin(async move {
-                                Err(io::Error::other(format!("error attaching to container: {e}")))
+                                Err(io::Error::other(format!(
+                                    "error attaching to container: {e}"
+                                )))
                             })),
                             ..Default::default()
                         };
@@ -270,14 +286,16 @@ impl Server {
         opts: StdioOpts,
     ) -> io::Result<Option<channels::Streams>> {
         if websocket {
-            let Some((proto, _)) = ws_accept(&mut io, head, remotecommand::WS_PROTOCOLS).await? else {
+            let Some((proto, _)) = ws_accept(&mut io, head, remotecommand::WS_PROTOCOLS).await?
+            else {
                 return Ok(None);
             };
             Ok(Some(
                 remotecommand::ws_streams(http::Prefixed::new(rest, io), &proto, opts).await?,
             ))
         } else {
-            let Some(proto) = spdy_accept(&mut io, head, remotecommand::SPDY_PROTOCOLS).await? else {
+            let Some(proto) = spdy_accept(&mut io, head, remotecommand::SPDY_PROTOCOLS).await?
+            else {
                 return Ok(None);
             };
             Ok(Some(
@@ -296,7 +314,14 @@ async fn spdy_accept(
 ) -> io::Result<Option<String>> {
     let offered = head.header_list("x-stream-protocol-version");
     if offered.is_empty() {
-        http::respond(io, 400, "Bad Request", &[], "unable to upgrade: X-Stream-Protocol-Version is required").await?;
+        http::respond(
+            io,
+            400,
+            "Bad Request",
+            &[],
+            "unable to upgrade: X-Stream-Protocol-Version is required",
+        )
+        .await?;
         return Ok(None);
     }
     let Some(proto) = remotecommand::negotiate_spdy(head, protocols) else {
@@ -311,7 +336,14 @@ async fn spdy_accept(
         return Ok(None);
     };
     if !head.upgrades_to("SPDY/3.1") {
-        http::respond(io, 400, "Bad Request", &[], "unable to upgrade: missing upgrade headers in request").await?;
+        http::respond(
+            io,
+            400,
+            "Bad Request",
+            &[],
+            "unable to upgrade: missing upgrade headers in request",
+        )
+        .await?;
         return Ok(None);
     }
     http::switching(
@@ -334,7 +366,14 @@ async fn ws_accept(
     allowed: &[(&str, bool)],
 ) -> io::Result<Option<(String, bool)>> {
     if head.method != "GET" {
-        http::respond(io, 405, "Method Not Allowed", &[], "websocket upgrades use GET").await?;
+        http::respond(
+            io,
+            405,
+            "Method Not Allowed",
+            &[],
+            "websocket upgrades use GET",
+        )
+        .await?;
         return Ok(None);
     }
     let Some(key) = head.header("sec-websocket-key") else {
@@ -342,19 +381,30 @@ async fn ws_accept(
         return Ok(None);
     };
     if head.header("sec-websocket-version") != Some("13") {
-        http::respond(io, 400, "Bad Request", &[("Sec-WebSocket-Version", "13".into())], "unsupported websocket version").await?;
+        http::respond(
+            io,
+            400,
+            "Bad Request",
+            &[("Sec-WebSocket-Version", "13".into())],
+            "unsupported websocket version",
+        )
+        .await?;
         return Ok(None);
     }
     let mut offered = head.header_list("sec-websocket-protocol");
     if offered.is_empty() {
         offered.push(String::new());
     }
-    let chosen = offered
-        .iter()
-        .find_map(|o| allowed.iter().find(|(a, _)| a == o).map(|(a, b)| (a.to_string(), *b)));
+    let chosen = offered.iter().find_map(|o| {
+        allowed
+            .iter()
+            .find(|(a, _)| a == o)
+            .map(|(a, b)| (a.to_string(), *b))
+    });
     let Some((proto, b64)) = chosen else {
         let names: Vec<&str> = allowed.iter().map(|(a, _)| *a).collect();
-        let msg = format!("requested protocol(s) are not supported: {offered:?}; supports {names:?}");
+        let msg =
+            format!("requested protocol(s) are not supported: {offered:?}; supports {names:?}");
         http::respond(io, 403, "Forbidden", &[], &msg).await?;
         return Ok(None);
     };

@@ -59,9 +59,12 @@ pub async fn connect(netns: &Path, port: u16) -> io::Result<tokio::net::TcpStrea
     let first = attempt(v4, std::net::SocketAddr::from(([127, 0, 0, 1], port))).await;
     match (first, v6) {
         (Ok(s), _) => Ok(s),
-        (Err(e4), Some(v6)) => attempt(v6, std::net::SocketAddr::from(([0u16, 0, 0, 0, 0, 0, 0, 1], port)))
-            .await
-            .map_err(|_| e4),
+        (Err(e4), Some(v6)) => attempt(
+            v6,
+            std::net::SocketAddr::from(([0u16, 0, 0, 0, 0, 0, 0, 1], port)),
+        )
+        .await
+        .map_err(|_| e4),
         (Err(e4), None) => Err(e4),
     }
 }
@@ -72,9 +75,8 @@ fn error_text(port: u16, sandbox: &str, e: &io::Error) -> String {
     )
 }
 
-/// Copies both ways until both directions are done: the client's end of
-/// input half-closes the TCP connection, the target's EOF half-closes the
-/// client's stream.
+/// Copies both ways: the client's end of input half-closes the TCP
+/// connection; the target's EOF ends the forwarded connection.
 async fn pump(
     tcp: tokio::net::TcpStream,
     mut from_client: mpsc::Receiver<Bytes>,
@@ -102,7 +104,13 @@ async fn pump(
             }
         }
     };
-    tokio::join!(up, down);
+    // The target closing ends the connection (what the client still sends
+    // has a second to drain); the client half-closing only ends `up`.
+    let up = tokio::spawn(up);
+    let stop = up.abort_handle();
+    down.await;
+    let _ = tokio::time::timeout(Duration::from_secs(1), up).await;
+    stop.abort();
 }
 
 struct Pair {
@@ -206,7 +214,10 @@ async fn forward_pair(port: u16, data: Incoming, error: Incoming, sandbox: &str,
     match connect(netns, port).await {
         Err(e) => {
             tracing::debug!(pod_sandbox_id = %sandbox, port, error = %e, "port-forward connect");
-            let _ = error.writer.send(error_text(port, sandbox, &e).as_bytes()).await;
+            let _ = error
+                .writer
+                .send(error_text(port, sandbox, &e).as_bytes())
+                .await;
         }
         Ok(tcp) => {
             let w = data.writer.clone();
@@ -264,7 +275,13 @@ where
         tasks.push(tokio::spawn(async move {
             match connect(&netns, port).await {
                 Err(e) => {
-                    let _ = channels::ws_send(&w, err_ch, base64, error_text(port, &sandbox, &e).as_bytes()).await;
+                    let _ = channels::ws_send(
+                        &w,
+                        err_ch,
+                        base64,
+                        error_text(port, &sandbox, &e).as_bytes(),
+                    )
+                    .await;
                 }
                 Ok(tcp) => {
                     pump(tcp, rx, move |b| {

@@ -66,7 +66,11 @@ where
         let inc = match tokio::time::timeout_at(deadline, incoming.recv()).await {
             Ok(Some(i)) => i,
             Ok(None) => return Err(io::Error::other("connection closed while opening streams")),
-            Err(_) => return Err(io::Error::other("timed out waiting for client to create streams")),
+            Err(_) => {
+                return Err(io::Error::other(
+                    "timed out waiting for client to create streams",
+                ))
+            }
         };
         match inc.headers.get("streamtype").unwrap_or("") {
             "error" => error = Some(Sink::Spdy(inc.writer)),

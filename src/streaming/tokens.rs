@@ -59,8 +59,8 @@ impl Tokens {
         if m.len() >= MAX_IN_FLIGHT {
             return None;
         }
-        let token = base64::engine::general_purpose::URL_SAFE_NO_PAD
-            .encode(rand::random::<[u8; 16]>());
+        let token =
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(rand::random::<[u8; 16]>());
         m.insert(token.clone(), (now + self.ttl, p));
         Some(token)
     }

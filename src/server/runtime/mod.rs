@@ -212,7 +212,12 @@ impl RuntimeService for Runtime {
         .await
     }
     async fn exec(&self, r: Request<ExecRequest>) -> Res<ExecResponse> {
-        observe("Exec", Op::Mutate, exec::handle(&self.state, r.into_inner())).await
+        observe(
+            "Exec",
+            Op::Mutate,
+            exec::handle(&self.state, r.into_inner()),
+        )
+        .await
     }
     async fn attach(&self, r: Request<AttachRequest>) -> Res<AttachResponse> {
         observe(

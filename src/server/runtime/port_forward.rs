@@ -23,9 +23,9 @@ pub async fn handle(state: &State, req: PortForwardRequest) -> Result<PortForwar
         })
         .collect::<Result<Vec<u16>, Status>>()?;
     let sandboxes = state.sandboxes()?;
-    let id = sandboxes
-        .resolve(&req.pod_sandbox_id)
-        .ok_or_else(|| Status::not_found(format!("pod sandbox {} not found", req.pod_sandbox_id)))?;
+    let id = sandboxes.resolve(&req.pod_sandbox_id).ok_or_else(|| {
+        Status::not_found(format!("pod sandbox {} not found", req.pod_sandbox_id))
+    })?;
     let rec = sandboxes
         .get(&id)
         .ok_or_else(|| Status::not_found(format!("pod sandbox {id} not found")))?;

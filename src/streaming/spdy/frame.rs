@@ -251,7 +251,10 @@ impl HeaderDecoder {
             }
             plain.reserve(1024);
             let before_in = self.z.total_in();
-            match self.z.decompress_vec(input, &mut plain, FlushDecompress::Sync) {
+            match self
+                .z
+                .decompress_vec(input, &mut plain, FlushDecompress::Sync)
+            {
                 Ok(_) => {}
                 Err(e) if e.needs_dictionary().is_some() => {
                     self.z

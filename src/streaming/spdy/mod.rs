@@ -200,7 +200,9 @@ impl Session {
                         let (tx, rx) = mpsc::channel(STREAM_BUFFER);
                         let refused = {
                             let mut g = lock(&sh);
-                            if g.closed || stream % 2 == my_parity || g.streams.contains_key(&stream)
+                            if g.closed
+                                || stream % 2 == my_parity
+                                || g.streams.contains_key(&stream)
                             {
                                 true
                             } else {
