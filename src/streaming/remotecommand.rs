@@ -302,8 +302,9 @@ pub async fn run(mut s: Streams, mut pio: ProcessIo, tty: bool, what: String) {
             };
             match code {
                 None => {
+                    // The client left: the exit future goes with this
+                    // frame, and its connection closing kills the process.
                     stdin_task.abort();
-                    drop(exit);
                     return;
                 }
                 Some(r) => {
