@@ -24,8 +24,8 @@ pub struct StreamResult {
 
 fn web(image: &str) -> ContainerConfig {
     let script = format!(
-        "mkdir -p /tmp/www && head -c {}M /dev/zero > /tmp/www/big && exec httpd -f -p 8080 -h /tmp/www",
-        FILE_MB
+        "mkdir -p /tmp/www && head -c {} /dev/zero > /tmp/www/big && exec httpd -f -p 8080 -h /tmp/www",
+        FILE_MB << 20
     );
     ContainerConfig {
         metadata: Some(ContainerMetadata {
