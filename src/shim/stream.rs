@@ -264,10 +264,11 @@ impl Streams {
             let mut which = StreamFds::default();
             let mut fds = Vec::new();
             let mut used_stdin = false;
+            // Descriptors go in the order stdin, stdout, stderr, pty.
+            let mut pty = None;
             if let Some(m) = &st.master {
                 // A terminal: input and resize through the master.
-                fds.push(dup(m)?);
-                which.pty = true;
+                pty = Some(dup(m)?);
                 used_stdin = req.stdin;
             } else if req.stdin {
                 if let Some(s) = &st.stdin {
@@ -291,6 +292,10 @@ impl Streams {
                 fds.push(r);
                 which.stderr = true;
                 err = Some(w);
+            }
+            if let Some(p) = pty {
+                fds.push(p);
+                which.pty = true;
             }
             self.attachers.push(Attacher {
                 id: req.id.clone(),
