@@ -1,5 +1,5 @@
 # husk: common tasks. Every target installs what it needs first.
-.PHONY: setup build test demo bench-pull bench-sandbox bench-containers bench-exec lint
+.PHONY: setup build test demo bench-pull bench-sandbox bench-containers bench-exec bench-stream lint
 
 setup:
 	bash packaging/setup-dev.sh
@@ -36,3 +36,6 @@ bench-containers: build
 # ExecSync round trip of `true` in a running busybox container.
 bench-exec: build
 	OPS=exec ITERATIONS=$${ITERATIONS:-200} bash packaging/bench-sandbox.sh
+# Streaming: ExecSync and streaming exec of `true`, port-forward MB/s.
+bench-stream: build
+	OPS=stream ITERATIONS=$${ITERATIONS:-30} bash packaging/bench-sandbox.sh

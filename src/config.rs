@@ -35,6 +35,30 @@ pub struct Config {
     pub registry: RegistryConfig,
     pub cni: CniConfig,
     pub cgroup: CgroupConfig,
+    pub streaming: StreamingConfig,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct StreamingConfig {
+    /// host:port of the exec/attach/port-forward server (port 0: random).
+    pub address: String,
+    /// PEM certificate and key: serve https (both or neither).
+    pub tls_cert: String,
+    pub tls_key: String,
+    /// Seconds a streaming URL stays valid.
+    pub token_ttl_secs: u64,
+}
+
+impl Default for StreamingConfig {
+    fn default() -> Self {
+        StreamingConfig {
+            address: "127.0.0.1:0".into(),
+            tls_cert: String::new(),
+            tls_key: String::new(),
+            token_ttl_secs: 60,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -77,6 +101,7 @@ impl Default for Config {
             registry: RegistryConfig::default(),
             cni: CniConfig::default(),
             cgroup: CgroupConfig::default(),
+            streaming: StreamingConfig::default(),
         }
     }
 }
@@ -192,6 +217,27 @@ impl Config {
                 "registry.stall_timeout_secs: must be at least 1".into(),
             ));
         }
+        if self
+            .streaming
+            .address
+            .parse::<std::net::SocketAddr>()
+            .is_err()
+        {
+            return Err(ConfigError(format!(
+                "streaming.address: {:?} is not an ip:port",
+                self.streaming.address
+            )));
+        }
+        if self.streaming.tls_cert.is_empty() != self.streaming.tls_key.is_empty() {
+            return Err(ConfigError(
+                "streaming.tls_cert, streaming.tls_key: set both or neither".into(),
+            ));
+        }
+        if self.streaming.token_ttl_secs == 0 {
+            return Err(ConfigError(
+                "streaming.token_ttl_secs: must be at least 1".into(),
+            ));
+        }
         if self.cgroup.driver != "cgroupfs" {
             return Err(ConfigError(format!(
                 "cgroup.driver: {:?} is not supported (only \"cgroupfs\")",
@@ -244,6 +290,16 @@ bin_dirs = [{bins}]
 [cgroup]
 # Only "cgroupfs" (nodes without systemd).
 driver = {driver:?}
+
+[streaming]
+# Where the exec/attach/port-forward server listens; port 0 picks a free
+# port (the Exec, Attach and PortForward RPCs return its URLs).
+address = {saddr:?}
+# PEM certificate and key to serve https; empty: plain http.
+tls_cert = ""
+tls_key = ""
+# Seconds a streaming URL may wait to be used (it is used once).
+token_ttl_secs = {ttl}
 "#,
             root = d.root.display().to_string(),
             state = d.state.display().to_string(),
@@ -257,6 +313,8 @@ driver = {driver:?}
             conf_dir = d.cni.conf_dir.display().to_string(),
             bins = bins.join(", "),
             driver = d.cgroup.driver,
+            saddr = d.streaming.address,
+            ttl = d.streaming.token_ttl_secs,
         )
     }
 }

@@ -19,4 +19,5 @@ pub mod sandbox;
 pub mod server;
 pub mod shim;
 pub mod store;
+pub mod streaming;
 pub mod sys;

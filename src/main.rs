@@ -48,6 +48,12 @@ struct ServeFlags {
     /// text|json
     #[arg(long)]
     log_format: Option<String>,
+    /// Streaming server ip:port (port 0: random).
+    #[arg(long)]
+    streaming_address: Option<String>,
+    /// Seconds a streaming URL stays valid.
+    #[arg(long)]
+    streaming_token_ttl: Option<u64>,
 }
 
 #[derive(Subcommand)]
@@ -62,6 +68,34 @@ enum Cmd {
         #[command(subcommand)]
         cmd: ImagesCmd,
     },
+    /// Run a command in a running container (streaming, over CRI Exec).
+    Exec {
+        #[command(flatten)]
+        s: StreamFlags,
+        container: String,
+        #[arg(last = true, required = true)]
+        cmd: Vec<String>,
+    },
+    /// Attach to a running container's stdio (CRI Attach).
+    Attach {
+        #[command(flatten)]
+        s: StreamFlags,
+        container: String,
+    },
+    /// Forward a local port to a port in a pod (CRI PortForward).
+    PortForward {
+        #[arg(long, env = "CONTAINER_RUNTIME_ENDPOINT", default_value = husk::cli::DEFAULT_ENDPOINT)]
+        endpoint: String,
+        /// spdy or websocket.
+        #[arg(long, default_value = "spdy")]
+        transport: String,
+        /// CA certificate for an https streaming server.
+        #[arg(long)]
+        tls_ca: Option<PathBuf>,
+        pod: String,
+        /// LOCAL:REMOTE ports.
+        ports: String,
+    },
     /// Measure CRI runtimes side by side (`--vs`), interleaved in one run.
     Bench {
         /// The runtime to measure.
@@ -73,7 +107,7 @@ enum Cmd {
         /// Iterations per operation.
         #[arg(long, default_value_t = 5)]
         iterations: usize,
-        /// Operations: pull, sandbox, container, exec (comma-separated).
+        /// Operations: pull, sandbox, container, exec, stream (comma-separated).
         #[arg(long, default_value = "pull")]
         ops: String,
         /// Image for the cold-pull operation.
@@ -98,6 +132,40 @@ enum Cmd {
         #[command(subcommand)]
         cmd: ConfigCmd,
     },
+}
+
+#[derive(clap::Args)]
+struct StreamFlags {
+    #[arg(long, env = "CONTAINER_RUNTIME_ENDPOINT", default_value = husk::cli::DEFAULT_ENDPOINT)]
+    endpoint: String,
+    /// Keep stdin open.
+    #[arg(short, long)]
+    interactive: bool,
+    /// Allocate a terminal.
+    #[arg(short, long)]
+    tty: bool,
+    /// spdy or websocket.
+    #[arg(long, default_value = "spdy")]
+    transport: String,
+    /// CA certificate for an https streaming server.
+    #[arg(long)]
+    tls_ca: Option<PathBuf>,
+}
+
+impl StreamFlags {
+    fn opts(&self) -> anyhow::Result<husk::cli::stream::Opts> {
+        Ok(husk::cli::stream::Opts {
+            stdin: self.interactive,
+            tty: self.tty,
+            transport: self
+                .transport
+                .parse()
+                .map_err(|e: String| anyhow::anyhow!(e))?,
+            tls: husk::streaming::client::Tls {
+                ca: self.tls_ca.clone(),
+            },
+        })
+    }
 }
 
 #[derive(Subcommand)]
@@ -174,6 +242,12 @@ fn load_config(f: &ServeFlags) -> Result<Config, husk::config::ConfigError> {
     }
     if let Some(v) = &f.log_format {
         c.log_format = v.clone();
+    }
+    if let Some(v) = &f.streaming_address {
+        c.streaming.address = v.clone();
+    }
+    if let Some(v) = f.streaming_token_ttl {
+        c.streaming.token_ttl_secs = v;
     }
     c.validate()?;
     Ok(c)
@@ -256,6 +330,43 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             json,
         })),
         Cmd::Shim { .. } => Ok(()),
+        Cmd::Exec { s, container, cmd } => {
+            let code = runtime()?.block_on(husk::cli::stream::exec(
+                &s.endpoint,
+                &container,
+                cmd,
+                s.opts()?,
+            ))?;
+            std::process::exit(code);
+        }
+        Cmd::Attach { s, container } => {
+            let code = runtime()?.block_on(husk::cli::stream::attach(
+                &s.endpoint,
+                &container,
+                s.opts()?,
+            ))?;
+            std::process::exit(code);
+        }
+        Cmd::PortForward {
+            endpoint,
+            transport,
+            tls_ca,
+            pod,
+            ports,
+        } => {
+            let (l, r) = ports
+                .split_once(':')
+                .and_then(|(l, r)| Some((l.parse::<u16>().ok()?, r.parse::<u16>().ok()?)))
+                .ok_or_else(|| anyhow::anyhow!("ports {ports:?}: use LOCAL:REMOTE"))?;
+            runtime()?.block_on(husk::cli::stream::port_forward(
+                &endpoint,
+                &pod,
+                l,
+                r,
+                transport.parse().map_err(|e: String| anyhow::anyhow!(e))?,
+                husk::streaming::client::Tls { ca: tls_ca },
+            ))
+        }
         Cmd::Config {
             cmd: ConfigCmd::Default,
         } => {
@@ -363,9 +474,20 @@ async fn bench(a: BenchArgs) -> anyhow::Result<()> {
                 }
                 report.insert("exec".into(), serde_json::to_value(&results)?);
             }
+            "stream" => {
+                anyhow::ensure!(
+                    !a.image.is_empty(),
+                    "--image is required for the stream benchmark"
+                );
+                let results = stream::bench_stream(&mut targets, &a.image, a.iterations).await?;
+                if !a.json {
+                    print_stream(a.iterations, &results);
+                }
+                report.insert("stream".into(), serde_json::to_value(&results)?);
+            }
             other => {
                 anyhow::bail!(
-                    "unknown benchmark operation {other:?} (pull, sandbox, container, exec)"
+                    "unknown benchmark operation {other:?} (pull, sandbox, container, exec, stream)"
                 )
             }
         }
@@ -512,6 +634,40 @@ fn print_containers(iterations: usize, results: &[husk::bench::container::Contai
             a.parallel_pods,
             ratio(a.parallel_wall_ms, b.parallel_wall_ms),
             ratio(a.per_pod_mb, b.per_pod_mb)
+        );
+    }
+}
+
+fn print_stream(iterations: usize, results: &[husk::bench::stream::StreamResult]) {
+    println!("streaming, {iterations} interleaved iterations");
+    println!(
+        "{:<28} {:>14} {:>14} {:>18} {:>18} {:>16}",
+        "runtime",
+        "ExecSync p50",
+        "ExecSync p90",
+        "stream exec p50",
+        "stream exec p90",
+        "port-fwd MB/s"
+    );
+    for r in results {
+        println!(
+            "{:<28} {:>11.1} ms {:>11.1} ms {:>15.1} ms {:>15.1} ms {:>16.1}",
+            r.runtime,
+            r.exec_sync.p50_ms,
+            r.exec_sync.p90_ms,
+            r.exec_stream.p50_ms,
+            r.exec_stream.p90_ms,
+            r.port_forward_mb_per_s
+        );
+    }
+    if let [a, b] = results {
+        println!(
+            "ratio {} / {}: ExecSync p50 {:.2}x, streaming exec p50 {:.2}x, port-forward throughput {:.2}x",
+            a.runtime,
+            b.runtime,
+            ratio(a.exec_sync.p50_ms, b.exec_sync.p50_ms),
+            ratio(a.exec_stream.p50_ms, b.exec_stream.p50_ms),
+            ratio(a.port_forward_mb_per_s, b.port_forward_mb_per_s)
         );
     }
 }

@@ -1,5 +1,5 @@
 //! `husk serve` itself: config and flags, the socket, Version / Status /
-//! RuntimeConfig, Unimplemented answers for later RPCs, graceful shutdown,
+//! RuntimeConfig, Unimplemented answers for RPCs husk does not provide, graceful shutdown,
 //! one server per root.
 #![allow(clippy::unwrap_used)]
 
@@ -145,10 +145,17 @@ async fn socket_runtime_rpcs_and_shutdown() {
         CgroupDriver::Cgroupfs as i32
     );
 
-    // An RPC of a later part answers Unimplemented, naming itself.
-    let e = rt.attach(AttachRequest::default()).await.unwrap_err();
+    // An RPC husk does not provide answers Unimplemented, naming itself.
+    let e = rt
+        .checkpoint_container(CheckpointContainerRequest::default())
+        .await
+        .unwrap_err();
     assert_eq!(e.code(), tonic::Code::Unimplemented);
-    assert!(e.message().contains("Attach"), "{}", e.message());
+    assert!(
+        e.message().contains("CheckpointContainer"),
+        "{}",
+        e.message()
+    );
     // An unknown container is NotFound; a container without config is InvalidArgument.
     let e = rt
         .container_status(ContainerStatusRequest {

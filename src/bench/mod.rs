@@ -8,6 +8,7 @@ pub mod container;
 pub mod exec;
 pub mod procs;
 pub mod sandbox;
+pub mod stream;
 
 use crate::api::cri::image_service_client::ImageServiceClient;
 use crate::api::cri::runtime_service_client::RuntimeServiceClient;

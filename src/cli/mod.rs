@@ -1,6 +1,7 @@
 //! Client-side commands: they talk to a running runtime over its socket.
 
 pub mod images;
+pub mod stream;
 
 use anyhow::Context as _;
 use tonic::transport::{Channel, Endpoint};

@@ -496,6 +496,9 @@ impl ContainerManager {
                 id: id.to_string(),
                 bundle: dir.display().to_string(),
                 log_path,
+                stdin: c.stdin,
+                stdin_once: c.stdin_once,
+                tty: c.tty,
                 ..Default::default()
             }),
         )?;

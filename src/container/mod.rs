@@ -11,6 +11,7 @@ pub mod resources;
 pub mod seccomp;
 pub mod spec;
 pub mod stats;
+pub mod stream;
 mod update;
 pub mod user;
 

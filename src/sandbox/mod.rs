@@ -47,6 +47,9 @@ pub enum SandboxError {
     Resources(#[from] crate::container::resources::ResourceError),
     #[error("{0}")]
     Timeout(String),
+    /// The container or process is not in a state the request needs.
+    #[error("{0}")]
+    NotRunning(String),
 }
 
 impl SandboxError {
@@ -61,6 +64,7 @@ impl SandboxError {
             SandboxError::NotFound(_) => Kind::NotFound,
             SandboxError::NameReserved { .. } => Kind::AlreadyExists,
             SandboxError::Timeout(_) => Kind::DeadlineExceeded,
+            SandboxError::NotRunning(_) => Kind::FailedPrecondition,
             SandboxError::Image(e) => e.kind(),
             SandboxError::Resources(e) => e.kind(),
             // No network config yet: the node is not ready for pods.

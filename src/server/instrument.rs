@@ -20,6 +20,7 @@ pub struct State {
     sandboxes: OnceLock<Arc<crate::sandbox::SandboxManager>>,
     containers: OnceLock<Arc<crate::container::manager::ContainerManager>>,
     events: OnceLock<Arc<EventHub>>,
+    streaming: OnceLock<Arc<crate::streaming::Server>>,
 }
 
 /// Where GetContainerEvents subscribers read from.
@@ -33,6 +34,7 @@ impl State {
             sandboxes: OnceLock::new(),
             containers: OnceLock::new(),
             events: OnceLock::new(),
+            streaming: OnceLock::new(),
         }
     }
 
@@ -70,6 +72,18 @@ impl State {
             .get()
             .cloned()
             .ok_or_else(|| Error::Recovering.into())
+    }
+
+    pub fn set_streaming(&self, s: Arc<crate::streaming::Server>) {
+        let _ = self.streaming.set(s);
+    }
+
+    /// The streaming server (started with `husk serve`).
+    pub fn streaming(&self) -> Result<Arc<crate::streaming::Server>, Status> {
+        self.streaming
+            .get()
+            .cloned()
+            .ok_or_else(|| Status::unavailable("the streaming server is not running"))
     }
 
     pub fn set_sandboxes(&self, m: Arc<crate::sandbox::SandboxManager>) {
@@ -112,11 +126,4 @@ where
         Err(s) => tracing::warn!(method, ms, code = ?s.code(), message = s.message(), "rpc failed"),
     }
     r.map(tonic::Response::new)
-}
-
-/// The answer for an RPC that a later part of husk will provide.
-pub fn not_yet(method: &str, what: &str) -> Status {
-    Status::unimplemented(format!(
-        "{method} is not implemented yet: husk does not run {what} in this version"
-    ))
 }

@@ -10,6 +10,7 @@ pub mod admin;
 pub mod image;
 pub mod instrument;
 pub mod runtime;
+pub mod streaming;
 
 use crate::api::admin::admin_server::AdminServer;
 use crate::api::cri::image_service_server::ImageServiceServer;
@@ -81,6 +82,13 @@ pub async fn serve(cfg: Config) -> anyhow::Result<()> {
         .with_context(|| format!("create state {}", cfg.state.display()))?;
     let listener = bind(&cfg.listen)?;
     let state = Arc::new(State::new(cfg.clone()));
+    let stream_server = crate::streaming::Server::start(
+        &streaming::settings(&cfg),
+        Arc::new(streaming::StateBackend(state.clone())),
+    )
+    .await
+    .context("start the streaming server")?;
+    state.set_streaming(stream_server);
 
     let recover = state.clone();
     let store_cfg = ImageStoreConfig {

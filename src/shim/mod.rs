@@ -17,9 +17,11 @@
 
 pub mod client;
 pub mod exec;
+pub mod fdpass;
 mod fork;
 pub mod monitor;
 pub mod process;
+pub mod stream;
 pub mod wire;
 
 /// Exit record written when a container's init is reaped.

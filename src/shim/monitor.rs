@@ -74,6 +74,8 @@ pub(super) struct Shim {
     pub(super) pipes: Vec<(OwnedFd, String, Stream)>,
     /// ExecSync requests in flight.
     pub(super) execs: Vec<super::exec::PendingExec>,
+    /// Streaming exec/attach state (stream.rs).
+    pub(super) streams: super::stream::Streams,
 }
 
 fn now_ns() -> i64 {
@@ -89,6 +91,7 @@ fn reply_err(code: i32, e: impl std::fmt::Display) -> ShimResponse {
         code,
         state: None,
         exec: None,
+        fds: None,
     }
 }
 
@@ -128,6 +131,7 @@ impl Shim {
             code: 0,
             state: self.state_of(id),
             exec: None,
+            fds: None,
         }
     }
 
@@ -167,6 +171,10 @@ impl Shim {
             Some(Request::Exec(x)) => {
                 reply_err(INTERNAL, format!("exec in {} was not started", x.id))
             }
+            Some(Request::StreamExec(x)) => {
+                reply_err(INTERNAL, format!("exec in {} was not started", x.id))
+            }
+            Some(Request::Attach(a)) => reply_err(INTERNAL, format!("attach to {} failed", a.id)),
             None => reply_err(INVALID, "empty request"),
         }
     }
@@ -179,8 +187,12 @@ impl Shim {
             return reply_err(INVALID, format!("container {id} already exists"));
         }
         let mut readers: Vec<(OwnedFd, Stream)> = Vec::new();
+        let mut cio = match self.streams.prepare_create(&self.dir, req) {
+            Ok(c) => c,
+            Err(e) => return reply_err(INTERNAL, e),
+        };
         let built = (|| -> Result<i32, String> {
-            let stdin = File::open("/dev/null").map_err(|e| e.to_string())?;
+            let stdin = cio.take_stdin()?;
             let (out, err): (OwnedFd, OwnedFd) = if req.log_path.is_empty() {
                 (
                     open_out(stdout)
@@ -212,6 +224,7 @@ impl Shim {
                 (out, err)
             };
             let youki = &self.youki;
+            let console = cio.console_socket();
             in_child(move || {
                 let c = ContainerBuilder::new(id.to_string(), SyscallType::default())
                     .validate_id()
@@ -219,9 +232,10 @@ impl Shim {
                     .with_root_path(youki)
                     .map_err(|e| e.to_string())?
                     .with_executor(ResetSignals)
-                    .with_stdin(OwnedFd::from(stdin))
+                    .with_stdin(stdin)
                     .with_stdout(out)
                     .with_stderr(err)
+                    .with_console_socket(console.as_deref())
                     .as_init(bundle)
                     .with_systemd(false)
                     .with_detach(true)
@@ -232,6 +246,14 @@ impl Shim {
                     .ok_or_else(|| "created container has no pid".to_string())
             })
         })();
+        let built = built.and_then(|pid| {
+            // A tty container's output comes from its console master.
+            if let Some(master) = self.streams.finish_create(id, cio)? {
+                readers.retain(|(_, s)| *s != Stream::Stdout);
+                readers.push((master, Stream::Stdout));
+            }
+            Ok(pid)
+        });
         match built {
             Ok(pid) => {
                 for (fd, stream) in readers {
@@ -358,6 +380,7 @@ impl Shim {
         self.drain_logs(Some(id));
         self.pipes.retain(|(_, c, _)| c != id);
         self.logs.remove(id);
+        self.streams.forget(id);
         self.containers.remove(id);
         self.ok(id)
     }
@@ -384,10 +407,12 @@ impl Shim {
             }
             loop {
                 match rustix::io::read(fd, &mut buf) {
-                    Ok(0) => {
+                    // A console master reports EIO once the terminal is gone.
+                    Ok(0) | Err(rustix::io::Errno::IO) => {
                         if let Some(w) = self.logs.get_mut(id) {
                             let _ = w.close_stream(*stream);
                         }
+                        self.streams.output_closed(id, *stream);
                         closed.push(i);
                         break;
                     }
@@ -397,6 +422,7 @@ impl Shim {
                                 eprintln!("husk shim: log of {id}: {e}");
                             }
                         }
+                        self.streams.fan_out(id, *stream, &buf[..n]);
                     }
                     Err(rustix::io::Errno::INTR) => continue,
                     Err(_) => break,
@@ -426,6 +452,9 @@ impl Shim {
             };
             if let Some(x) = self.execs.iter_mut().find(|x| x.pid == pid) {
                 x.exited(code);
+                continue;
+            }
+            if self.streams.exited(pid, code) {
                 continue;
             }
             let dir = self.dir.clone();
@@ -483,6 +512,32 @@ impl Shim {
                 }
                 return;
             }
+            Ok(ShimRequest {
+                request: Some(Request::StreamExec(x)),
+            }) => match self.containers.get(&x.id).map(|e| e.status) {
+                Some(Status::Running) => {
+                    self.streams.exec(&self.youki, &self.dir, &x, conn);
+                    return;
+                }
+                Some(_) => reply_err(
+                    FAILED_PRECONDITION,
+                    format!("container {} is not running", x.id),
+                ),
+                None => reply_err(NOT_FOUND, format!("container {} not found", x.id)),
+            },
+            Ok(ShimRequest {
+                request: Some(Request::Attach(a)),
+            }) => match self.containers.get(&a.id).map(|e| e.status) {
+                Some(Status::Running) => {
+                    self.streams.attach(&a, conn);
+                    return;
+                }
+                Some(_) => reply_err(
+                    FAILED_PRECONDITION,
+                    format!("container {} is not running", a.id),
+                ),
+                None => reply_err(NOT_FOUND, format!("container {} not found", a.id)),
+            },
             Ok(req) => self.handle(req),
             Err(e) => reply_err(INVALID, format!("bad request: {e}")),
         };

@@ -115,6 +115,7 @@ pub fn run(dir: &Path) -> io::Result<()> {
         logs: HashMap::new(),
         pipes: Vec::new(),
         execs: Vec::new(),
+        streams: Default::default(),
     };
     listener.set_nonblocking(true)?;
     while !shim.shutdown {
@@ -130,6 +131,11 @@ pub fn run(dir: &Path) -> io::Result<()> {
                 for fd in x.pipes.iter().flatten() {
                     fds.push(rustix::event::PollFd::new(fd, rustix::event::PollFlags::IN));
                 }
+            }
+            let stream_fds = shim.streams.poll_fds();
+            let first_stream = fds.len();
+            for fd in &stream_fds {
+                fds.push(rustix::event::PollFd::new(fd, rustix::event::PollFlags::IN));
             }
             let timeout = shim
                 .execs
@@ -147,10 +153,18 @@ pub fn run(dir: &Path) -> io::Result<()> {
                 Ok(_) | Err(rustix::io::Errno::INTR) => {}
                 Err(e) => return Err(e.into()),
             }
-            fds[2..].iter().any(|f| !f.revents().is_empty())
+            let streams_ready = fds[first_stream..].iter().any(|f| !f.revents().is_empty());
+            (
+                fds[2..first_stream].iter().any(|f| !f.revents().is_empty()),
+                streams_ready,
+            )
         };
+        let (pipes_ready, streams_ready) = pipes_ready;
         if pipes_ready {
             shim.drain_logs(None);
+        }
+        if streams_ready {
+            shim.streams.check_conns();
         }
         shim.poll_execs();
         let mut buf = [0u8; 64];

@@ -1,6 +1,7 @@
 //! The CRI RuntimeService. One file per implemented RPC; RPCs of parts not
 //! built yet answer Unimplemented with a message naming what is missing.
 
+mod attach;
 mod container_create;
 pub mod container_events;
 mod container_list;
@@ -12,8 +13,10 @@ mod container_stats_list;
 mod container_status;
 mod container_stop;
 mod container_update;
+mod exec;
 mod exec_sync;
 mod metric_descriptors;
+mod port_forward;
 mod runtime_config;
 mod runtime_config_update;
 mod sandbox_list;
@@ -27,7 +30,7 @@ mod sandbox_stop;
 mod status;
 mod version;
 
-use super::instrument::{not_yet, observe, Op, State};
+use super::instrument::{observe, Op, State};
 use crate::api::cri::runtime_service_server::RuntimeService;
 use crate::api::cri::*;
 use std::sync::Arc;
@@ -44,7 +47,6 @@ impl Runtime {
 }
 
 type Res<T> = Result<Response<T>, Status>;
-const STREAMING: &str = "streaming sessions";
 
 #[tonic::async_trait]
 impl RuntimeService for Runtime {
@@ -220,14 +222,29 @@ impl RuntimeService for Runtime {
         )
         .await
     }
-    async fn exec(&self, _: Request<ExecRequest>) -> Res<ExecResponse> {
-        Err(not_yet("Exec", STREAMING))
+    async fn exec(&self, r: Request<ExecRequest>) -> Res<ExecResponse> {
+        observe(
+            "Exec",
+            Op::Mutate,
+            exec::handle(&self.state, r.into_inner()),
+        )
+        .await
     }
-    async fn attach(&self, _: Request<AttachRequest>) -> Res<AttachResponse> {
-        Err(not_yet("Attach", STREAMING))
+    async fn attach(&self, r: Request<AttachRequest>) -> Res<AttachResponse> {
+        observe(
+            "Attach",
+            Op::Mutate,
+            attach::handle(&self.state, r.into_inner()),
+        )
+        .await
     }
-    async fn port_forward(&self, _: Request<PortForwardRequest>) -> Res<PortForwardResponse> {
-        Err(not_yet("PortForward", STREAMING))
+    async fn port_forward(&self, r: Request<PortForwardRequest>) -> Res<PortForwardResponse> {
+        observe(
+            "PortForward",
+            Op::Mutate,
+            port_forward::handle(&self.state, r.into_inner()),
+        )
+        .await
     }
     async fn container_stats(
         &self,

@@ -1,0 +1,156 @@
+//! Streaming exec and attach through the pod's shim: the request goes on a
+//! connection that stays open; the process's descriptors come back over
+//! it (SCM_RIGHTS), then (exec) the exit code. Also the checks the Exec
+//! and Attach RPCs make before handing out a URL.
+
+use super::manager::{ContainerManager, ContainerState};
+use crate::api::shim::{shim_request::Request, AttachRequest, ShimRequest, StreamExecRequest};
+use crate::sandbox::SandboxError;
+use crate::shim::{fdpass, wire};
+use crate::streaming::tokens::StdioOpts;
+use crate::streaming::ProcessIo;
+use std::io;
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::AsyncReadExt;
+
+impl ContainerManager {
+    /// The id of a running container (NotFound, or FailedPrecondition).
+    pub fn running(&self, id: &str) -> Result<String, SandboxError> {
+        let r = self
+            .resolve(id)
+            .and_then(|i| self.refresh(&i))
+            .ok_or_else(|| SandboxError::NotFound(format!("container {id}")))?;
+        if r.state != ContainerState::Running {
+            return Err(SandboxError::NotRunning(format!(
+                "container {id} is not running"
+            )));
+        }
+        Ok(r.id)
+    }
+
+    fn stream_call(
+        self: &Arc<Self>,
+        id: &str,
+        request: Request,
+    ) -> Result<(crate::api::shim::StreamFds, Vec<OwnedFd>, UnixStream), SandboxError> {
+        let r = self
+            .get(id)
+            .ok_or_else(|| SandboxError::NotFound(format!("container {id}")))?;
+        let dir = self.sandboxes.shim_dir(&r.sandbox_id);
+        let addr = std::fs::read_to_string(dir.join("address"))
+            .map_err(|e| SandboxError::Shim(format!("{}: {e}", dir.display())))?;
+        let shim = |e: io::Error| SandboxError::Shim(e.to_string());
+        let mut s = UnixStream::connect(addr.trim()).map_err(shim)?;
+        s.set_read_timeout(Some(Duration::from_secs(60)))
+            .map_err(shim)?;
+        wire::write_msg(
+            &mut s,
+            &ShimRequest {
+                request: Some(request),
+            },
+        )
+        .map_err(shim)?;
+        let (resp, fds) = fdpass::recv(&mut s).map_err(shim)?;
+        if !resp.error.is_empty() {
+            return Err(match resp.code {
+                5 => SandboxError::NotFound(resp.error),
+                9 => SandboxError::NotRunning(resp.error),
+                _ => SandboxError::Shim(resp.error),
+            });
+        }
+        let which = resp
+            .fds
+            .ok_or_else(|| SandboxError::Shim("the shim passed no descriptors".into()))?;
+        let want = [which.stdin, which.stdout, which.stderr, which.pty]
+            .iter()
+            .filter(|b| **b)
+            .count();
+        if fds.len() != want {
+            return Err(SandboxError::Shim(format!(
+                "the shim passed {} descriptors, announced {want}",
+                fds.len()
+            )));
+        }
+        s.set_read_timeout(None).map_err(shim)?;
+        Ok((which, fds, s))
+    }
+
+    fn process_io(which: &crate::api::shim::StreamFds, fds: Vec<OwnedFd>) -> ProcessIo {
+        let mut it = fds.into_iter();
+        let mut take = |b: bool| if b { it.next() } else { None };
+        ProcessIo {
+            stdin: take(which.stdin),
+            stdout: take(which.stdout),
+            stderr: take(which.stderr),
+            pty: take(which.pty),
+            ..Default::default()
+        }
+    }
+
+    /// Starts `cmd` in the container for a streaming session.
+    pub async fn exec_stream(
+        self: &Arc<Self>,
+        id: &str,
+        cmd: &[String],
+        o: StdioOpts,
+    ) -> Result<ProcessIo, SandboxError> {
+        let id = self.running(id)?;
+        let req = StreamExecRequest {
+            id: id.clone(),
+            args: cmd.to_vec(),
+            tty: o.tty,
+            stdin: o.stdin,
+            stdout: o.stdout,
+            stderr: o.stderr && !o.tty,
+        };
+        let this = self.clone();
+        let (which, fds, conn) =
+            tokio::task::spawn_blocking(move || this.stream_call(&id, Request::StreamExec(req)))
+                .await
+                .map_err(|e| SandboxError::Shim(e.to_string()))??;
+        tracing::debug!(container_id = %which.pid, "stream exec started");
+        let mut pio = Self::process_io(&which, fds);
+        conn.set_nonblocking(true)
+            .map_err(|e| SandboxError::Shim(e.to_string()))?;
+        let mut conn = tokio::net::UnixStream::from_std(conn)
+            .map_err(|e| SandboxError::Shim(e.to_string()))?;
+        pio.exit = Some(Box::pin(async move {
+            let mut len = [0u8; 4];
+            conn.read_exact(&mut len).await?;
+            let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
+            conn.read_exact(&mut body).await?;
+            let r = <crate::api::shim::ShimResponse as prost::Message>::decode(body.as_slice())
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+            r.exec
+                .map(|x| x.exit_code)
+                .ok_or_else(|| io::Error::other("the shim sent no exit code"))
+        }));
+        Ok(pio)
+    }
+
+    /// Joins the running container's stdio.
+    pub async fn attach(
+        self: &Arc<Self>,
+        id: &str,
+        o: StdioOpts,
+    ) -> Result<ProcessIo, SandboxError> {
+        let id = self.running(id)?;
+        let req = AttachRequest {
+            id: id.clone(),
+            stdin: o.stdin,
+            stdout: o.stdout,
+            stderr: o.stderr,
+        };
+        let this = self.clone();
+        let (which, fds, conn) =
+            tokio::task::spawn_blocking(move || this.stream_call(&id, Request::Attach(req)))
+                .await
+                .map_err(|e| SandboxError::Shim(e.to_string()))??;
+        let mut pio = Self::process_io(&which, fds);
+        pio.control = Some(Box::new(conn));
+        Ok(pio)
+    }
+}
