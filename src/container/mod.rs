@@ -10,6 +10,7 @@ pub mod resources;
 pub mod seccomp;
 pub mod spec;
 pub mod stats;
+mod transitions;
 mod update;
 pub mod user;
 
