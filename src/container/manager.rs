@@ -9,9 +9,7 @@
 //! `<state>/s/<pod>/exits/<id>.json` (watched, see `exits.rs`).
 //!
 //! Events: CREATED, STARTED, STOPPED and DELETED are raised where each
-//! state is recorded; STARTED, STOPPED and DELETED while the record map is
-//! locked, so they leave in the order the states were recorded, and the
-//! exit is recorded (and STOPPED raised) once, whoever observes it first.
+//! state is recorded (see `transitions.rs` for the ordering guarantees).
 
 use super::spec::{self, ImageDefaults, PodContext};
 use super::{user, SpecError};
@@ -206,54 +204,6 @@ impl ContainerManager {
             .map_err(SandboxError::io("write container record"))?;
         self.lock().0.insert(r.id.clone(), r.clone());
         Ok(())
-    }
-
-    /// Saves `r` and raises `kind` under the map lock.
-    fn save_raising(&self, r: &ContainerRecord, kind: Kind) -> Result<(), SandboxError> {
-        atomic::write_json(&self.dir(&r.id).join("container.json"), r)
-            .map_err(SandboxError::io("write container record"))?;
-        let mut g = self.lock();
-        g.0.insert(r.id.clone(), r.clone());
-        self.events.emit(kind, &r.id, &r.sandbox_id);
-        Ok(())
-    }
-
-    /// Records an exit unless another caller already did (or the container
-    /// is gone); only the first raises STOPPED. Returns the record as kept.
-    fn record_exit(&self, r: ContainerRecord) -> ContainerRecord {
-        {
-            let mut g = self.lock();
-            match g.0.get_mut(&r.id) {
-                Some(cur) if cur.state == ContainerState::Exited => return cur.clone(),
-                Some(cur) => {
-                    *cur = r.clone();
-                    self.events.emit(Kind::Stopped, &r.id, &r.sandbox_id);
-                }
-                None => return r,
-            }
-        }
-        // Not recreated if a removal took the directory meanwhile.
-        if let Err(e) = atomic::replace_json(&self.dir(&r.id).join("container.json"), &r) {
-            tracing::debug!(container_id = %r.id, error = %e, "exit record not written");
-        }
-        r
-    }
-
-    /// Raises a pod sandbox's own event (its id stands as the container
-    /// id); `last` is its record when the event outlives it (DELETED).
-    pub fn emit_sandbox(
-        &self,
-        kind: Kind,
-        sandbox_id: &str,
-        last: Option<crate::sandbox::manager::SandboxRecord>,
-    ) {
-        self.events.send(crate::events::Raw {
-            kind,
-            container_id: sandbox_id.to_string(),
-            sandbox_id: sandbox_id.to_string(),
-            at: now_ns(),
-            sandbox: last.map(Box::new),
-        });
     }
 
     pub fn resolve(&self, id: &str) -> Option<String> {

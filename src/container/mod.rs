@@ -12,6 +12,7 @@ pub mod seccomp;
 pub mod spec;
 pub mod stats;
 pub mod stream;
+mod transitions;
 mod update;
 pub mod user;
 

@@ -173,6 +173,9 @@ pub fn run(dir: &Path) -> io::Result<()> {
             .unwrap_or(false)
         {}
         shim.reap();
+        // An exec whose pipes closed before it was reaped is answered now,
+        // not at the end of its drain grace.
+        shim.poll_execs();
         loop {
             match listener.accept() {
                 Ok((conn, _)) => {
