@@ -4,6 +4,7 @@
 //! the same machine load; the report gives p50/p90/p99 per operation, the
 //! ratio of p50s, and the runtimes' RSS found through their sockets.
 
+pub mod cli;
 pub mod container;
 pub mod exec;
 pub mod procs;

@@ -1,0 +1,292 @@
+//! `husk bench`: the command line side. Connects to each endpoint, runs the
+//! requested operations interleaved across them, and prints one table per
+//! operation with p50/p90/p99 and the ratios (or the whole report as JSON).
+
+/// What `husk bench` was asked to measure.
+pub struct BenchArgs {
+    pub endpoint: String,
+    pub vs: Option<String>,
+    pub iterations: usize,
+    pub ops: String,
+    pub image: String,
+    pub pods: String,
+    pub json: bool,
+}
+
+/// Runs the requested operations against each endpoint and prints the
+/// table (or JSON).
+pub async fn run(a: BenchArgs) -> anyhow::Result<()> {
+    use super::*;
+    let mut targets = vec![Target::connect("runtime", &a.endpoint).await?];
+    if let Some(v) = &a.vs {
+        targets.push(Target::connect("vs", v).await?);
+    }
+    for t in targets.iter_mut() {
+        let v = t
+            .runtime
+            .version(crate::api::cri::VersionRequest {
+                version: "v1".into(),
+            })
+            .await?
+            .into_inner();
+        t.name = format!("{} {}", v.runtime_name, v.runtime_version);
+    }
+    let mut report = serde_json::Map::new();
+    report.insert("load_before".into(), loadavg().into());
+    let ops = if a.ops.trim() == "all" {
+        "sandbox,container,exec,stream,pull".to_string()
+    } else {
+        a.ops.clone()
+    };
+    for op in ops.split(',').map(str::trim).filter(|o| !o.is_empty()) {
+        match op {
+            "pull" => {
+                anyhow::ensure!(
+                    !a.image.is_empty(),
+                    "--image is required for the pull benchmark"
+                );
+                let results = bench_pull(&mut targets, &a.image, a.iterations).await?;
+                if !a.json {
+                    print_pull(&a.image, a.iterations, &results);
+                }
+                report.insert("pull".into(), serde_json::to_value(&results)?);
+            }
+            "sandbox" => {
+                let counts: Vec<usize> = a
+                    .pods
+                    .split(',')
+                    .filter_map(|s| s.trim().parse().ok())
+                    .collect();
+                let results = sandbox::bench_sandbox(&mut targets, a.iterations, &counts).await?;
+                if !a.json {
+                    print_sandbox(a.iterations, &results);
+                }
+                report.insert("sandbox".into(), serde_json::to_value(&results)?);
+            }
+            "container" => {
+                anyhow::ensure!(
+                    !a.image.is_empty(),
+                    "--image is required for the container benchmark"
+                );
+                let parallel = a
+                    .pods
+                    .split(',')
+                    .filter_map(|s| s.trim().parse().ok())
+                    .max()
+                    .unwrap_or(50);
+                let results =
+                    container::bench_containers(&mut targets, &a.image, a.iterations, parallel)
+                        .await?;
+                if !a.json {
+                    print_containers(a.iterations, &results);
+                }
+                report.insert("container".into(), serde_json::to_value(&results)?);
+            }
+            "exec" => {
+                anyhow::ensure!(
+                    !a.image.is_empty(),
+                    "--image is required for the exec benchmark"
+                );
+                let results = exec::bench_exec(&mut targets, &a.image, a.iterations).await?;
+                if !a.json {
+                    print!("{}", exec::report(a.iterations, &results));
+                }
+                report.insert("exec".into(), serde_json::to_value(&results)?);
+            }
+            "stream" => {
+                anyhow::ensure!(
+                    !a.image.is_empty(),
+                    "--image is required for the stream benchmark"
+                );
+                let results = stream::bench_stream(&mut targets, &a.image, a.iterations).await?;
+                if !a.json {
+                    print_stream(a.iterations, &results);
+                }
+                report.insert("stream".into(), serde_json::to_value(&results)?);
+            }
+            other => {
+                anyhow::bail!(
+                    "unknown benchmark operation {other:?} (pull, sandbox, container, exec, stream)"
+                )
+            }
+        }
+    }
+    report.insert("load_after".into(), loadavg().into());
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!(
+            "load average: {} -> {}",
+            report["load_before"], report["load_after"]
+        );
+    }
+    Ok(())
+}
+
+fn ratio(a: f64, b: f64) -> f64 {
+    a / b.max(f64::MIN_POSITIVE)
+}
+
+fn print_pull(image: &str, iterations: usize, results: &[super::PullResult]) {
+    println!(
+        "cold pull of {image} ({} bytes), {iterations} interleaved iterations",
+        results[0].image_bytes
+    );
+    println!(
+        "{:<28} {:>10} {:>10} {:>10} {:>10} {:>12} {:>14} {:>14}",
+        "runtime",
+        "p50 ms",
+        "p90 ms",
+        "p99 ms",
+        "MB/s p50",
+        "CPU ms/pull",
+        "idle RSS MB",
+        "RSS after MB"
+    );
+    for r in results {
+        println!(
+            "{:<28} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>12.0} {:>14.1} {:>14.1}",
+            r.runtime,
+            r.pull.p50_ms,
+            r.pull.p90_ms,
+            r.pull.p99_ms,
+            r.mb_per_s_p50,
+            r.cpu_ms_per_pull,
+            r.rss_idle_before_mb,
+            r.rss_idle_after_mb
+        );
+    }
+    if let [a, b] = results {
+        println!(
+            "ratio {} / {}: throughput {:.2}x, pull time {:.2}x, idle RSS {:.2}x",
+            a.runtime,
+            b.runtime,
+            ratio(a.mb_per_s_p50, b.mb_per_s_p50),
+            ratio(a.pull.p50_ms, b.pull.p50_ms),
+            ratio(a.rss_idle_after_mb, b.rss_idle_after_mb)
+        );
+    }
+}
+
+fn print_sandbox(iterations: usize, results: &[super::sandbox::SandboxResult]) {
+    println!("pod sandboxes, {iterations} interleaved iterations");
+    println!(
+        "{:<28} {:>12} {:>12} {:>12} {:>16} {:>16}",
+        "runtime", "run p50 ms", "run p90 ms", "run p99 ms", "stop+rm p50 ms", "stop+rm p90 ms"
+    );
+    for r in results {
+        println!(
+            "{:<28} {:>12.1} {:>12.1} {:>12.1} {:>16.1} {:>16.1}",
+            r.runtime,
+            r.run.p50_ms,
+            r.run.p90_ms,
+            r.run.p99_ms,
+            r.stop_remove.p50_ms,
+            r.stop_remove.p90_ms
+        );
+    }
+    println!(
+        "{:<28} {:>6} {:>14} {:>14} {:>14} {:>14}",
+        "memory", "pods", "shim RSS MB", "shim PSS MB", "total RSS MB", "per pod MB"
+    );
+    for r in results {
+        for m in &r.memory {
+            println!(
+                "{:<28} {:>6} {:>14.2} {:>14.2} {:>14.1} {:>14.2}",
+                r.runtime, m.pods, m.shim_rss_mb, m.shim_pss_mb, m.total_rss_mb, m.per_pod_mb
+            );
+        }
+    }
+    if let [a, b] = results {
+        println!(
+            "ratio {} / {}: RunPodSandbox p50 {:.2}x, stop+remove p50 {:.2}x",
+            a.runtime,
+            b.runtime,
+            ratio(a.run.p50_ms, b.run.p50_ms),
+            ratio(a.stop_remove.p50_ms, b.stop_remove.p50_ms)
+        );
+        for (ma, mb) in a.memory.iter().zip(&b.memory) {
+            println!(
+                "  {} pods: shim RSS {:.2}x, shim PSS {:.2}x, memory per pod {:.2}x",
+                ma.pods,
+                ratio(ma.shim_rss_mb, mb.shim_rss_mb),
+                ratio(ma.shim_pss_mb, mb.shim_pss_mb),
+                ratio(ma.per_pod_mb, mb.per_pod_mb)
+            );
+        }
+    }
+}
+
+fn print_containers(iterations: usize, results: &[super::container::ContainerResult]) {
+    println!("containers, {iterations} interleaved iterations");
+    println!(
+        "{:<28} {:>16} {:>16} {:>14} {:>18} {:>14} {:>12}",
+        "runtime",
+        "create+start p50",
+        "stop+remove p50",
+        "full pod p50",
+        "parallel pods wall",
+        "total RSS MB",
+        "per pod MB"
+    );
+    for r in results {
+        println!(
+            "{:<28} {:>13.1} ms {:>13.1} ms {:>11.1} ms {:>9} in {:>5.0} ms {:>14.1} {:>12.2}",
+            r.runtime,
+            r.create_start.p50_ms,
+            r.stop_remove.p50_ms,
+            r.full_pod.p50_ms,
+            r.parallel_pods,
+            r.parallel_wall_ms,
+            r.total_rss_mb,
+            r.per_pod_mb
+        );
+    }
+    if let [a, b] = results {
+        println!(
+            "ratio {} / {}: create+start {:.2}x, stop+remove {:.2}x, full pod {:.2}x, {} parallel pods {:.2}x, memory per pod {:.2}x",
+            a.runtime,
+            b.runtime,
+            ratio(a.create_start.p50_ms, b.create_start.p50_ms),
+            ratio(a.stop_remove.p50_ms, b.stop_remove.p50_ms),
+            ratio(a.full_pod.p50_ms, b.full_pod.p50_ms),
+            a.parallel_pods,
+            ratio(a.parallel_wall_ms, b.parallel_wall_ms),
+            ratio(a.per_pod_mb, b.per_pod_mb)
+        );
+    }
+}
+
+fn print_stream(iterations: usize, results: &[super::stream::StreamResult]) {
+    println!("streaming, {iterations} interleaved iterations");
+    println!(
+        "{:<28} {:>14} {:>14} {:>18} {:>18} {:>16}",
+        "runtime",
+        "ExecSync p50",
+        "ExecSync p90",
+        "stream exec p50",
+        "stream exec p90",
+        "port-fwd MB/s"
+    );
+    for r in results {
+        println!(
+            "{:<28} {:>11.1} ms {:>11.1} ms {:>15.1} ms {:>15.1} ms {:>16.1}",
+            r.runtime,
+            r.exec_sync.p50_ms,
+            r.exec_sync.p90_ms,
+            r.exec_stream.p50_ms,
+            r.exec_stream.p90_ms,
+            r.port_forward_mb_per_s
+        );
+    }
+    if let [a, b] = results {
+        println!(
+            "ratio {} / {}: ExecSync p50 {:.2}x, streaming exec p50 {:.2}x, port-forward throughput {:.2}x",
+            a.runtime,
+            b.runtime,
+            ratio(a.exec_sync.p50_ms, b.exec_sync.p50_ms),
+            ratio(a.exec_stream.p50_ms, b.exec_stream.p50_ms),
+            ratio(a.port_forward_mb_per_s, b.port_forward_mb_per_s)
+        );
+    }
+}
