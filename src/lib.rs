@@ -11,6 +11,7 @@ pub mod config;
 pub mod container;
 pub mod error;
 pub mod image;
+pub mod kubelet;
 pub mod logging;
 pub mod logs;
 pub mod network;

@@ -6,6 +6,7 @@
 
 pub mod cni;
 pub mod images;
+pub mod kubelet;
 pub mod pod;
 pub mod registry;
 pub mod server;
