@@ -35,6 +35,12 @@ pub struct RunFlags {
     pub table: bool,
 }
 
+/// A line on stdout, around the progress line (which is on stderr, and
+/// only on a terminal).
+fn say(bar: &indicatif::ProgressBar, line: impl std::fmt::Display) {
+    bar.suspend(|| println!("{line}"));
+}
+
 /// Reads the one pod of a manifest, ready for the kubelet.
 pub fn load(path: &Path, node: &str) -> anyhow::Result<Pod> {
     let text = std::fs::read_to_string(path).with_context(|| format!("read {}", path.display()))?;
@@ -197,7 +203,7 @@ pub async fn run(f: RunFlags) -> anyhow::Result<i32> {
     bar.enable_steady_tick(Duration::from_millis(120));
     bar.set_message(format!("pod {}: starting", defaults::name(&pod)));
     if f.table {
-        bar.println(HEADER);
+        say(&bar, HEADER);
     }
     let mut logs = LogFollower {
         dir: log_dir,
@@ -220,16 +226,16 @@ pub async fn run(f: RunFlags) -> anyhow::Result<i32> {
                 let last = last_row.clone().unwrap_or_default();
                 result = Some((124, format!("timed out after {:?} ({last})", f.timeout)));
             }
-            _ = poll.tick() => logs.poll(&mut |l| bar.println(l)),
+            _ = poll.tick() => logs.poll(&mut |l| say(&bar, l)),
             Some(n) = rx.recv() => match n {
-                Notice::Runtime(name, version) => bar.println(format!("runtime: {name} {version}")),
-                Notice::ManifestError(e) => bar.println(format!("error: {}: {}", e.origin, e.message)),
+                Notice::Runtime(name, version) => say(&bar, format!("runtime: {name} {version}")),
+                Notice::ManifestError(e) => say(&bar, format!("error: {}: {}", e.origin, e.message)),
                 Notice::Status(ev) if defaults::uid(&ev.pod) == uid => {
                     let row = format!("{} {} restarts={}", ev.row.status, ev.row.ready, ev.row.restarts);
                     if f.table {
-                        bar.println(format_row(&ev));
+                        say(&bar, format_row(&ev));
                     } else if last_row.as_ref() != Some(&row) {
-                        bar.println(format!("pod {}: {}", ev.row.name, row));
+                        say(&bar, format!("pod {}: {}", ev.row.name, row));
                     }
                     bar.set_message(format!("pod {}: {}", ev.row.name, row));
                     last_row = Some(row);
@@ -247,9 +253,9 @@ pub async fn run(f: RunFlags) -> anyhow::Result<i32> {
     let (code, why) = result.unwrap_or((1, String::new()));
     // The last lines the containers wrote.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    logs.poll(&mut |l| bar.println(l));
+    logs.poll(&mut |l| say(&bar, l));
     let name = defaults::name(&pod).to_string();
-    bar.println(format!("pod {name}: {why}"));
+    say(&bar, format!("pod {name}: {why}"));
     let ready_and_kept = f.keep && why == "Ready";
     if !ready_and_kept {
         bar.set_message(format!("pod {name}: removing"));
@@ -265,7 +271,7 @@ pub async fn run(f: RunFlags) -> anyhow::Result<i32> {
         loop {
             tokio::select! {
                 _ = tokio::time::sleep_until(limit.into()) => {
-                    bar.println(format!("pod {name}: removal did not finish in time"));
+                    say(&bar, format!("pod {name}: removal did not finish in time"));
                     break;
                 }
                 n = rx.recv() => match n {
@@ -275,7 +281,7 @@ pub async fn run(f: RunFlags) -> anyhow::Result<i32> {
                 }
             }
         }
-        bar.println(format!("pod {name}: removed"));
+        say(&bar, format!("pod {name}: removed"));
     }
     bar.finish_and_clear();
     let _ = stop_tx.send(true);

@@ -321,7 +321,7 @@ fn container(
             } else if src.file_key_ref.is_some() {
                 c.no(format!("{eat}.valueFrom.fileKeyRef: not supported"));
             } else if let Some(f) = &src.field_ref {
-                if super::container_config::field_supported(&f.field_path).is_err() {
+                if !super::container_config::field_supported(&f.field_path) {
                     c.bad(format!(
                         "{eat}.valueFrom.fieldRef.fieldPath: Unsupported value {:?}",
                         f.field_path
@@ -472,6 +472,7 @@ fn handler(c: &mut Check, at: &str, h: &LifecycleHandler) {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

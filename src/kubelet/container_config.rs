@@ -14,8 +14,8 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-/// fieldRef paths a pod may use; Err for the rest.
-pub fn field_supported(path: &str) -> Result<(), ()> {
+/// Whether a fieldRef path is one a pod may use.
+pub fn field_supported(path: &str) -> bool {
     match path {
         "metadata.name"
         | "metadata.namespace"
@@ -27,13 +27,13 @@ pub fn field_supported(path: &str) -> Result<(), ()> {
         | "status.hostIP"
         | "status.hostIPs"
         | "metadata.labels"
-        | "metadata.annotations" => Ok(()),
+        | "metadata.annotations" => true,
         p if (p.starts_with("metadata.labels['") || p.starts_with("metadata.annotations['"))
             && p.ends_with("']") =>
         {
-            Ok(())
+            true
         }
-        _ => Err(()),
+        _ => false,
     }
 }
 
@@ -457,13 +457,13 @@ pub fn build(s: &Settings, pod: &Pod, c: &Container, init: bool, inp: &Inputs) -
         linux: Some(LinuxContainerConfig {
             resources: Some(resources(s, pod, c)),
             security_context: Some(security(s, pod, c)),
-            ..Default::default()
         }),
         ..Default::default()
     }
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -225,6 +225,7 @@ pub fn qos_class(pod: &Pod) -> &'static str {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

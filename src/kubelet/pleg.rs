@@ -181,28 +181,23 @@ pub async fn run(
                         tracing::info!("runtime streams container events: evented PLEG on");
                         health.evented.store(true, Ordering::Relaxed);
                         let mut s = resp.into_inner();
-                        loop {
-                            match s.message().await {
-                                Ok(Some(e)) => {
-                                    let meta_uid = e
-                                        .pod_sandbox_status
-                                        .as_ref()
-                                        .filter(|s| s.labels.get(labels::NODE) == Some(&node))
-                                        .and_then(|s| s.metadata.as_ref())
-                                        .map(|m| m.uid.clone());
-                                    let uid = meta_uid.or_else(|| {
-                                        let l = health.latest();
-                                        l.containers.get(&e.container_id).map(|(u, _)| u.clone())
-                                    });
-                                    if let Some(uid) = uid {
-                                        let _ = ev_tx.send(PlegEvent {
-                                            uid,
-                                            kind: EventKind::ContainerChanged,
-                                            id: e.container_id,
-                                        });
-                                    }
-                                }
-                                Ok(None) | Err(_) => break,
+                        while let Ok(Some(e)) = s.message().await {
+                            let meta_uid = e
+                                .pod_sandbox_status
+                                .as_ref()
+                                .filter(|s| s.labels.get(labels::NODE) == Some(&node))
+                                .and_then(|s| s.metadata.as_ref())
+                                .map(|m| m.uid.clone());
+                            let uid = meta_uid.or_else(|| {
+                                let l = health.latest();
+                                l.containers.get(&e.container_id).map(|(u, _)| u.clone())
+                            });
+                            if let Some(uid) = uid {
+                                let _ = ev_tx.send(PlegEvent {
+                                    uid,
+                                    kind: EventKind::ContainerChanged,
+                                    id: e.container_id,
+                                });
                             }
                         }
                         health.evented.store(false, Ordering::Relaxed);
@@ -267,6 +262,7 @@ pub async fn run(
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

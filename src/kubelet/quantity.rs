@@ -96,6 +96,7 @@ fn scaled(s: &str, exp10: i32) -> Result<i64, QuantityError> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

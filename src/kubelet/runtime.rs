@@ -322,9 +322,9 @@ impl Cri {
             }
         }
         pod.sandboxes
-            .sort_by(|a, b| (b.created_at, b.attempt).cmp(&(a.created_at, a.attempt)));
+            .sort_by_key(|s| std::cmp::Reverse((s.created_at, s.attempt)));
         pod.containers
-            .sort_by(|a, b| (b.created_at, b.restart_count).cmp(&(a.created_at, a.restart_count)));
+            .sort_by_key(|c| std::cmp::Reverse((c.created_at, c.restart_count)));
         Ok(pod)
     }
 }

@@ -285,6 +285,7 @@ pub fn build(s: &Settings, pod: &Pod, attempt: u32) -> PodSandboxConfig {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

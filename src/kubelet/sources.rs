@@ -502,6 +502,7 @@ pub async fn poll_url(
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

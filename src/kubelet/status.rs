@@ -330,10 +330,10 @@ pub fn generate(ctx: &Ctx, pod: &Pod, rt: &RuntimePod, prev: Option<&PodStatus>)
         .iter()
         .zip(&init)
         .filter(|(_, s)| {
-            !s.state
+            s.state
                 .as_ref()
                 .and_then(|s| s.terminated.as_ref())
-                .is_some_and(|t| t.exit_code == 0)
+                .is_none_or(|t| t.exit_code != 0)
         })
         .map(|(c, _)| c.name.as_str())
         .collect();

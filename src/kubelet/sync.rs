@@ -535,6 +535,7 @@ pub fn human(d: Duration) -> String {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::kubelet::runtime::SandboxView;

@@ -5,6 +5,7 @@
 #![allow(dead_code, clippy::unwrap_used)]
 
 pub mod cni;
+pub mod containerd;
 pub mod images;
 pub mod kubelet;
 pub mod pod;
