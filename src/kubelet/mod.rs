@@ -13,8 +13,8 @@
 //! The loop never blocks on the runtime: CRI calls happen in the workers,
 //! PLEG and the prober. Housekeeping (every 2 s) writes the node's health
 //! and, once every source has reported, collects garbage. Modules:
-//! sources, pod_manager, pod_workers, sync (with images, sandbox_config,
-//! container_config, volumes), terminate, prober (with handlers), pleg,
+//! sources, pod_manager, pod_workers, sync and start (with images,
+//! sandbox_config, container_config, volumes), terminate, prober (with handlers), pleg,
 //! status and status_manager, gc, cgroups.
 
 pub mod admission;
@@ -35,6 +35,7 @@ pub mod runtime;
 pub mod sandbox_config;
 pub mod settings;
 pub mod sources;
+pub mod start;
 pub mod status;
 pub mod status_manager;
 pub mod sync;

@@ -15,11 +15,11 @@
 //! (ErrImagePull, CrashLoopBackOff, CreateContainerConfigError, …) and
 //! the pod is retried when the earliest back-off expires.
 
-use super::container_config::{self, Inputs};
 use super::prober::Kind as ProbeKind;
 use super::runtime::{CState, ContainerView, RuntimePod};
-use super::{defaults, handlers, sandbox_config, terminate, volumes, Ctx};
-use k8s_openapi::api::core::v1::{Container, Pod};
+use super::start::{start_container, StartCtx};
+use super::{defaults, sandbox_config, terminate, volumes, Ctx};
+use k8s_openapi::api::core::v1::Pod;
 use std::time::Duration;
 
 /// Why a container could not be started (its waiting reason).
@@ -256,17 +256,20 @@ pub async fn sync_pod(ctx: &Ctx, pod: &Pod) -> Option<Duration> {
             }
         }
     }
+    if !actions.create_sandbox && actions.next_init.is_none() && actions.to_start.is_empty() {
+        return retry;
+    }
+    // Volumes first: a pod whose volumes cannot be set up stays ContainerCreating.
+    let vols = match volumes::setup(&ctx.settings, pod) {
+        Ok(v) => v,
+        Err(e) => {
+            ctx.set_pod_reason(pod, "ContainerCreating", &e.to_string());
+            soonest(None);
+            return retry;
+        }
+    };
     // The sandbox, fresh or existing.
     let (sandbox_id, sandbox_cfg, pod_ips) = if actions.create_sandbox {
-        let vols = match volumes::setup(&ctx.settings, pod) {
-            Ok(v) => v,
-            Err(e) => {
-                ctx.set_pod_reason(pod, "ContainerCreating", &e.to_string());
-                soonest(None);
-                return retry;
-            }
-        };
-        drop(vols);
         let cfg = sandbox_config::build(&ctx.settings, pod, actions.attempt);
         tracing::info!(pod = %defaults::full_name(pod), attempt = actions.attempt, "creating sandbox");
         let id = match ctx.cri.run_sandbox(cfg.clone()).await {
@@ -300,14 +303,6 @@ pub async fn sync_pod(ctx: &Ctx, pod: &Pod) -> Option<Duration> {
     if actions.next_init.is_none() && actions.to_start.is_empty() {
         return retry;
     }
-    let vols = match volumes::setup(&ctx.settings, pod) {
-        Ok(v) => v,
-        Err(e) => {
-            ctx.set_pod_reason(pod, "ContainerCreating", &e.to_string());
-            soonest(None);
-            return retry;
-        }
-    };
     // Fresh state after kills and sandbox creation.
     let rt = ctx
         .cri
@@ -336,190 +331,6 @@ pub async fn sync_pod(ctx: &Ctx, pod: &Pod) -> Option<Duration> {
         }
     }
     retry
-}
-
-struct StartCtx<'a> {
-    pod: &'a Pod,
-    sandbox_id: &'a str,
-    sandbox_cfg: &'a crate::api::cri::PodSandboxConfig,
-    pod_ips: &'a [String],
-    volumes: &'a std::collections::HashMap<String, std::path::PathBuf>,
-    rt: &'a RuntimePod,
-}
-
-/// The crash-loop back-off key of a container (pod UID first, so a
-/// removed pod's keys can be dropped by prefix).
-pub fn backoff_key(pod: &Pod, c: &Container) -> String {
-    format!(
-        "{}_{}_{}",
-        defaults::uid(pod),
-        c.name,
-        defaults::container_hash(c)
-    )
-}
-
-async fn start_container(
-    ctx: &Ctx,
-    s: &StartCtx<'_>,
-    c: &Container,
-    init: bool,
-) -> Result<(), StartError> {
-    let r = start_inner(ctx, s, c, init).await;
-    match &r {
-        Ok(()) => ctx.reasons.clear(defaults::uid(s.pod), &c.name),
-        Err(e) => {
-            if e.reason != "CrashLoopBackOff" {
-                tracing::warn!(pod = %defaults::full_name(s.pod), container = %c.name, reason = %e.reason, message = %e.message, "container start failed");
-            }
-            ctx.reasons
-                .set(defaults::uid(s.pod), &c.name, &e.reason, &e.message);
-        }
-    }
-    r
-}
-
-async fn start_inner(
-    ctx: &Ctx,
-    s: &StartCtx<'_>,
-    c: &Container,
-    init: bool,
-) -> Result<(), StartError> {
-    let pod = s.pod;
-    let latest = s.rt.latest(&c.name);
-    if let Some(prev) = latest.filter(|p| p.state == CState::Exited) {
-        let key = backoff_key(pod, c);
-        let finished = if prev.finished_at > 0 {
-            prev.finished_at
-        } else {
-            super::backoff::now_ns()
-        };
-        if let Some(wait) = ctx.crash_backoff.remaining_since(&key, finished) {
-            let b = ctx.crash_backoff.get(&key).unwrap_or_default();
-            return Err(StartError {
-                reason: "CrashLoopBackOff".into(),
-                message: format!(
-                    "back-off {} restarting failed container={} pod={}_{}({})",
-                    human(b),
-                    c.name,
-                    defaults::name(pod),
-                    defaults::namespace(pod),
-                    defaults::uid(pod)
-                ),
-                retry_after: Some(wait),
-            });
-        }
-        ctx.crash_backoff.next(&key, finished);
-    }
-    let img = ctx
-        .images
-        .ensure(&ctx.cri, defaults::uid(pod), c, s.sandbox_cfg)
-        .await?;
-    let config_err = |message: String| StartError {
-        reason: "CreateContainerConfigError".into(),
-        message,
-        retry_after: None,
-    };
-    // runAsNonRoot, checked against the image's user as the kubelet does.
-    let psc = pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
-    let sc = c.security_context.as_ref();
-    let non_root = sc
-        .and_then(|s| s.run_as_non_root)
-        .or(psc.and_then(|s| s.run_as_non_root))
-        .unwrap_or(false);
-    if non_root {
-        let uid = sc
-            .and_then(|s| s.run_as_user)
-            .or(psc.and_then(|s| s.run_as_user))
-            .or(img.uid);
-        match uid {
-            Some(0) => return Err(config_err("container has runAsNonRoot and image will run as root".into())),
-            None if !img.username.is_empty() => {
-                return Err(config_err(format!(
-                    "container has runAsNonRoot and image has non-numeric user ({}), cannot verify user is non-root",
-                    img.username
-                )))
-            }
-            None => return Err(config_err("container has runAsNonRoot and image will run as root".into())),
-            _ => {}
-        }
-    }
-    let restart_count = latest.map(|l| l.restart_count + 1).unwrap_or(0);
-    let term = if c
-        .termination_message_path
-        .as_deref()
-        .is_some_and(|p| !p.is_empty())
-    {
-        Some(
-            volumes::termination_file(&ctx.settings, defaults::uid(pod), &c.name)
-                .map_err(|e| config_err(e.to_string()))?,
-        )
-    } else {
-        None
-    };
-    let (hostname, domain) = sandbox_config::hostname_and_domain(&ctx.settings, pod);
-    let hosts = if !s.pod_ips.is_empty() || defaults::host_network(pod) {
-        Some(
-            volumes::etc_hosts(&ctx.settings, pod, s.pod_ips, &hostname, &domain)
-                .map_err(|e| config_err(e.to_string()))?,
-        )
-    } else {
-        None
-    };
-    let inputs = Inputs {
-        restart_count,
-        pod_ips: s.pod_ips,
-        host_ip: "",
-        volumes: s.volumes,
-        termination_file: term,
-        etc_hosts: hosts,
-        image_ref: &img.image_ref,
-    };
-    let cfg = container_config::build(&ctx.settings, pod, c, init, &inputs);
-    // The container's log directory must exist for runtimes that do not create it.
-    let _ =
-        std::fs::create_dir_all(std::path::Path::new(&s.sandbox_cfg.log_directory).join(&c.name));
-    let id = ctx
-        .cri
-        .create_container(s.sandbox_id, cfg, s.sandbox_cfg.clone())
-        .await
-        .map_err(|e| StartError {
-            reason: "CreateContainerError".into(),
-            message: e.status.message().to_string(),
-            retry_after: None,
-        })?;
-    ctx.cri.start_container(&id).await.map_err(|e| StartError {
-        reason: "RunContainerError".into(),
-        message: e.status.message().to_string(),
-        retry_after: None,
-    })?;
-    tracing::info!(pod = %defaults::full_name(pod), container = %c.name, container_id = %id, restart_count, "started container");
-    if let Some(h) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) {
-        let ip = s
-            .pod_ips
-            .first()
-            .cloned()
-            .unwrap_or_else(|| "127.0.0.1".into());
-        let grace = Duration::from_secs(defaults::grace_period(pod).max(2) as u64);
-        if let handlers::Outcome::Failure(msg) =
-            handlers::lifecycle(&ctx.cri, h, &id, &ip, c, grace).await
-        {
-            if let Ok(rt) = ctx
-                .cri
-                .pod(&ctx.settings.node_name, defaults::uid(pod))
-                .await
-            {
-                if let Some(cv) = rt.containers.iter().find(|x| x.id == id) {
-                    terminate::kill_container(ctx, Some(pod), cv, &rt, None).await;
-                }
-            }
-            return Err(StartError {
-                reason: "PostStartHookError".into(),
-                message: msg,
-                retry_after: None,
-            });
-        }
-    }
-    Ok(())
 }
 
 /// "10s", "2m40s", "5m0s", as Go prints durations.
