@@ -857,3 +857,78 @@ async fn husk_run_reports_the_pod_outcome() {
     assert!(out.contains("invalid YAML"), "{out}");
     assert_clean(&p);
 }
+
+/// A plain HTTP server on 127.0.0.1 answering every request with `body`.
+async fn serve_manifest(
+    body: std::sync::Arc<std::sync::Mutex<String>>,
+) -> (u16, tokio::task::JoinHandle<()>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    let h = tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            let text = body.lock().unwrap().clone();
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                let _ = s.read(&mut buf).await;
+                let resp = format!(
+                    "HTTP/1.0 200 OK\r\nContent-Type: application/yaml\r\nContent-Length: {}\r\n\r\n{text}",
+                    text.len()
+                );
+                let _ = s.write_all(resp.as_bytes()).await;
+            });
+        }
+    });
+    (port, h)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn husk_manifest_url_source() {
+    if !common::require_root() {
+        return;
+    }
+    let p = pod::setup(vec![]).await;
+    let image = push_app(&p).await;
+    let doc = |v: &str| {
+        format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: fromurl}}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - {{name: c, image: {image}, command: [sh, -c, 'echo {v}; sleep 3600']}}\n")
+    };
+    let body = std::sync::Arc::new(std::sync::Mutex::new(doc("one")));
+    let (port, server) = serve_manifest(body.clone()).await;
+    let url = format!("http://127.0.0.1:{port}/pods.yaml");
+    let k = Kubelet::start_with(
+        &p.h.endpoint(),
+        &p.cgroup_parent,
+        vec![
+            "--manifest-url".into(),
+            url,
+            "--http-check-frequency".into(),
+            "1s".into(),
+        ],
+    );
+    let v1 = k.wait("fromurl", "Running", 60, |v| running(v, "c")).await;
+    assert_eq!(
+        v1["metadata"]["annotations"]["kubernetes.io/config.source"],
+        "http"
+    );
+    assert_eq!(logs(&k, &v1, "c"), vec!["one"]);
+    // A changed manifest at the URL replaces the pod.
+    *body.lock().unwrap() = doc("two");
+    let v2 = k
+        .wait("fromurl", "the new pod", 60, |v| {
+            uid(v) != uid(&v1) && running(v, "c")
+        })
+        .await;
+    assert_eq!(logs(&k, &v2, "c"), vec!["two"]);
+    // An empty answer deletes it.
+    body.lock().unwrap().clear();
+    k.wait_gone("fromurl", 60).await;
+    assert_eq!(
+        sandboxes(&p.h.endpoint(), &uid(&v2)).await,
+        0,
+        "{}",
+        k.log()
+    );
+    drop(k);
+    server.abort();
+    assert_clean(&p);
+}

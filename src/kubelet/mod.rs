@@ -233,8 +233,8 @@ pub async fn run(
             }
             Some(d) = done_rx.recv() => {
                 if d.terminated {
-                    if let Some(w) = workers.terminated(&d.uid) {
-                        workers.dispatch(&d.uid, w);
+                    for (uid, w) in workers.terminated(&d.uid) {
+                        workers.dispatch(&uid, w);
                     }
                 } else if pods.get(&d.uid).is_some() {
                     let after = d.retry_after.unwrap_or(settings.sync_frequency);

@@ -2,7 +2,9 @@
 //! order) while different pods sync in parallel. A worker keeps only the
 //! newest pending work (updates coalesce, as in the kubelet); a deleted
 //! pod's worker terminates it and exits. Work for a pod that is still
-//! terminating waits until the termination is done.
+//! terminating waits until the termination is done, and so does a new pod
+//! with the name of a terminating one (an edited static pod): as in the
+//! kubelet, two pods of one name never run at once.
 //!
 //! A worker's sync is: admission result → (rejected) Failed status, or
 //! syncPod → probe workers → status; the loop is told when to come back.
@@ -40,6 +42,16 @@ pub struct PodWorkers {
     ctx: Arc<Ctx>,
     workers: HashMap<String, Handle>,
     done: mpsc::UnboundedSender<Done>,
+    /// Full name → UID of the pod terminating under that name.
+    terminating_names: HashMap<String, String>,
+    /// Full name → (UID, work) of a pod waiting for that name.
+    waiting_for_name: HashMap<String, (String, Work)>,
+}
+
+fn pod_of(w: &Work) -> &Pod {
+    match w {
+        Work::Sync(p, _) | Work::Terminate(p) => p,
+    }
 }
 
 impl PodWorkers {
@@ -48,6 +60,8 @@ impl PodWorkers {
             ctx,
             workers: HashMap::new(),
             done,
+            terminating_names: HashMap::new(),
+            waiting_for_name: HashMap::new(),
         }
     }
 
@@ -57,6 +71,26 @@ impl PodWorkers {
     }
 
     pub fn dispatch(&mut self, uid: &str, work: Work) {
+        let name = defaults::full_name(pod_of(&work));
+        match &work {
+            Work::Terminate(_) => {
+                self.terminating_names.insert(name.clone(), uid.to_string());
+                // A pod that never started needs no termination wait.
+                if self
+                    .waiting_for_name
+                    .get(&name)
+                    .is_some_and(|(u, _)| u == uid)
+                {
+                    self.waiting_for_name.remove(&name);
+                }
+            }
+            Work::Sync(..) => {
+                if self.terminating_names.get(&name).is_some_and(|u| u != uid) {
+                    self.waiting_for_name.insert(name, (uid.to_string(), work));
+                    return;
+                }
+            }
+        }
         if let Some(h) = self.workers.get_mut(uid) {
             if h.terminating {
                 h.pending = Some(work);
@@ -86,9 +120,26 @@ impl PodWorkers {
         );
     }
 
-    /// A worker finished its termination: forget it, and start what waited.
-    pub fn terminated(&mut self, uid: &str) -> Option<Work> {
-        self.workers.remove(uid).and_then(|h| h.pending)
+    /// A worker finished its termination: forget it, and start what waited
+    /// (work for the same UID, or a new pod of the same name).
+    pub fn terminated(&mut self, uid: &str) -> Vec<(String, Work)> {
+        let mut next = Vec::new();
+        if let Some(w) = self.workers.remove(uid).and_then(|h| h.pending) {
+            next.push((uid.to_string(), w));
+        }
+        let names: Vec<String> = self
+            .terminating_names
+            .iter()
+            .filter(|(_, u)| *u == uid)
+            .map(|(n, _)| n.clone())
+            .collect();
+        for n in names {
+            self.terminating_names.remove(&n);
+            if let Some(w) = self.waiting_for_name.remove(&n) {
+                next.push(w);
+            }
+        }
+        next
     }
 
     pub fn is_terminating(&self, uid: &str) -> bool {

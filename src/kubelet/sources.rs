@@ -117,7 +117,17 @@ impl PodConfig {
             next.insert(uid, Arc::new(pod));
         }
         let prev = self.sources.remove(&snap.source).unwrap_or_default();
+        // Deletes first: a replaced pod's name is free before its successor starts.
         let mut updates = Vec::new();
+        for (uid, pod) in &prev {
+            if !next.contains_key(uid) {
+                updates.push(PodUpdate {
+                    op: Op::Delete,
+                    source: snap.source.clone(),
+                    pod: pod.clone(),
+                });
+            }
+        }
         for (uid, pod) in &next {
             let op = match prev.get(uid) {
                 None => Some(Op::Add),
@@ -128,15 +138,6 @@ impl PodConfig {
             if let Some(op) = op {
                 updates.push(PodUpdate {
                     op,
-                    source: snap.source.clone(),
-                    pod: pod.clone(),
-                });
-            }
-        }
-        for (uid, pod) in &prev {
-            if !next.contains_key(uid) {
-                updates.push(PodUpdate {
-                    op: Op::Delete,
                     source: snap.source.clone(),
                     pod: pod.clone(),
                 });

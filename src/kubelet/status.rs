@@ -406,3 +406,62 @@ pub fn rejected(pod: &Pod, reason: &str, message: &str, prev: Option<&PodStatus>
         ..Default::default()
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn cs(yaml: &str) -> Vec<ContainerStatus> {
+        serde_yaml::from_str(yaml).unwrap()
+    }
+
+    fn pod(policy: &str) -> Pod {
+        let mut p: Pod = serde_yaml::from_str(&format!(
+            "metadata: {{name: p}}\nspec:\n  restartPolicy: {policy}\n  initContainers: [{{name: i, image: x}}]\n  containers: [{{name: a, image: x}}]\n"
+        ))
+        .unwrap();
+        defaults::apply(&mut p);
+        p
+    }
+
+    const DONE: &str = "[{name: i, image: x, imageID: '', ready: false, restartCount: 0, state: {terminated: {exitCode: 0}}}]";
+
+    #[test]
+    fn phases_follow_get_phase() {
+        let waiting = cs("[{name: a, image: x, imageID: '', ready: false, restartCount: 0, state: {waiting: {reason: PodInitializing}}}]");
+        let init_running = cs("[{name: i, image: x, imageID: '', ready: false, restartCount: 0, state: {running: {}}}]");
+        assert_eq!(phase(&pod("Always"), &init_running, &waiting), "Pending");
+        let init_failed = cs("[{name: i, image: x, imageID: '', ready: false, restartCount: 0, state: {terminated: {exitCode: 1}}}]");
+        assert_eq!(phase(&pod("Never"), &init_failed, &waiting), "Failed");
+        assert_eq!(phase(&pod("Always"), &init_failed, &waiting), "Pending");
+        let running = cs("[{name: a, image: x, imageID: '', ready: true, restartCount: 0, state: {running: {}}}]");
+        assert_eq!(phase(&pod("Always"), &cs(DONE), &running), "Running");
+        let ok = cs("[{name: a, image: x, imageID: '', ready: false, restartCount: 0, state: {terminated: {exitCode: 0}}}]");
+        let bad = cs("[{name: a, image: x, imageID: '', ready: false, restartCount: 0, state: {terminated: {exitCode: 2}}}]");
+        assert_eq!(phase(&pod("Never"), &cs(DONE), &ok), "Succeeded");
+        assert_eq!(phase(&pod("Never"), &cs(DONE), &bad), "Failed");
+        assert_eq!(
+            phase(&pod("OnFailure"), &cs(DONE), &bad),
+            "Running",
+            "restarting"
+        );
+        assert_eq!(
+            phase(&pod("Always"), &cs(DONE), &ok),
+            "Running",
+            "restarting"
+        );
+        let backoff = cs("[{name: a, image: x, imageID: '', ready: false, restartCount: 3, state: {waiting: {reason: CrashLoopBackOff}}, lastState: {terminated: {exitCode: 1}}}]");
+        assert_eq!(phase(&pod("Always"), &cs(DONE), &backoff), "Running");
+    }
+
+    #[test]
+    fn log_tail_joins_partial_lines() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("0.log");
+        std::fs::write(&p, "t stdout P abc\nt stdout F def\nt stderr F last\n").unwrap();
+        assert_eq!(log_tail(p.to_str().unwrap(), 80, 2048), "abcdef\nlast");
+        assert_eq!(log_tail(p.to_str().unwrap(), 1, 2048), "last");
+        assert_eq!(log_tail(p.to_str().unwrap(), 80, 3), "ast");
+    }
+}

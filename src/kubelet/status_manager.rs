@@ -197,10 +197,17 @@ impl StatusManager {
 
     /// Forgets a pod that is gone from the node, deleting its file.
     pub fn remove(&self, uid: &str) {
-        let Some(e) = self.lock().remove(uid) else {
-            return;
+        let (e, shared) = {
+            let mut pods = self.lock();
+            let Some(e) = pods.remove(uid) else {
+                return;
+            };
+            let name = defaults::full_name(&e.pod);
+            let shared = pods.values().any(|o| defaults::full_name(&o.pod) == name);
+            (e, shared)
         };
-        if let Some(p) = self.path(&e.pod) {
+        // The file is named after the pod: another pod of that name keeps it.
+        if let (Some(p), false) = (self.path(&e.pod), shared) {
             let _ = std::fs::remove_file(p);
         }
         let _ = self.tx.send(StatusEvent {
@@ -208,6 +215,38 @@ impl StatusManager {
             row: e.row,
             removed: true,
         });
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn pod(status: &str) -> Pod {
+        let y = format!("metadata: {{name: p}}\nspec:\n  initContainers: [{{name: i, image: x}}]\n  containers: [{{name: a, image: x}}, {{name: b, image: x}}]\nstatus:\n{status}");
+        serde_yaml::from_str(&y).unwrap()
+    }
+
+    #[test]
+    fn rows_read_like_kubectl() {
+        let p = pod("  phase: Pending\n  initContainerStatuses: [{name: i, image: x, imageID: '', ready: false, restartCount: 2, state: {running: {}}}]\n");
+        let r = row(&p);
+        assert_eq!(
+            (r.status.as_str(), r.ready.as_str(), r.restarts),
+            ("Init:0/1", "0/2", 2)
+        );
+        let p = pod("  phase: Running\n  initContainerStatuses: [{name: i, image: x, imageID: '', ready: false, restartCount: 0, state: {terminated: {exitCode: 0}}}]\n  containerStatuses:\n  - {name: a, image: x, imageID: '', ready: true, restartCount: 0, state: {running: {}}}\n  - {name: b, image: x, imageID: '', ready: false, restartCount: 4, state: {waiting: {reason: CrashLoopBackOff}}}\n");
+        let r = row(&p);
+        assert_eq!(
+            (r.status.as_str(), r.ready.as_str(), r.restarts),
+            ("CrashLoopBackOff", "1/2", 4)
+        );
+        let p = pod("  phase: Failed\n  reason: InvalidPod\n");
+        assert_eq!(row(&p).status, "InvalidPod");
+        let mut p = pod("  phase: Running\n");
+        p.metadata.deletion_timestamp = Some(defaults::now());
+        assert_eq!(row(&p).status, "Terminating");
     }
 }
 

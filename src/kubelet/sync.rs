@@ -44,6 +44,9 @@ pub struct Actions {
     pub to_kill: Vec<(String, String, String)>,
 }
 
+const LIVENESS_FAILED: &str = "Container failed liveness probe";
+const STARTUP_FAILED: &str = "Container failed startup probe";
+
 fn should_restart_on_failure(pod: &Pod) -> bool {
     defaults::restart_policy(pod) != "Never"
 }
@@ -191,15 +194,9 @@ pub fn compute(
         let (why, restart) = if st.hash != defaults::container_hash(c) {
             ("Container spec hash changed", true)
         } else if probe_failed(&st.id, ProbeKind::Liveness) {
-            (
-                "Container failed liveness probe",
-                should_restart_on_failure(pod),
-            )
+            (LIVENESS_FAILED, should_restart_on_failure(pod))
         } else if probe_failed(&st.id, ProbeKind::Startup) {
-            (
-                "Container failed startup probe",
-                should_restart_on_failure(pod),
-            )
+            (STARTUP_FAILED, should_restart_on_failure(pod))
         } else {
             keep += 1;
             continue;
@@ -252,7 +249,15 @@ pub async fn sync_pod(ctx: &Ctx, pod: &Pod) -> Option<Duration> {
         for (id, name, why) in &actions.to_kill {
             if let Some(c) = rt.containers.iter().find(|c| &c.id == id) {
                 tracing::info!(pod = %defaults::full_name(pod), container = %name, reason = %why, "killing container");
-                terminate::kill_container(ctx, Some(pod), c, &rt, None).await;
+                // A failed probe's own grace period overrides the pod's.
+                let spec = defaults::containers(pod).iter().find(|s| &s.name == name);
+                let probe = match why.as_str() {
+                    LIVENESS_FAILED => spec.and_then(|s| s.liveness_probe.as_ref()),
+                    STARTUP_FAILED => spec.and_then(|s| s.startup_probe.as_ref()),
+                    _ => None,
+                };
+                let grace = probe.and_then(|p| p.termination_grace_period_seconds);
+                terminate::kill_container(ctx, Some(pod), c, &rt, grace).await;
             }
         }
     }

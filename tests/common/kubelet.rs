@@ -85,7 +85,7 @@ impl Kubelet {
             "--file-check-frequency",
             "2s",
             "--log-level",
-            "debug",
+            "husk=debug,info",
         ]
         .iter()
         .map(|s| s.to_string())
