@@ -218,6 +218,16 @@ impl StatusManager {
     }
 }
 
+fn write_atomic(path: &std::path::Path, pod: &Pod) {
+    let Ok(json) = serde_json::to_vec_pretty(pod) else {
+        return;
+    };
+    let tmp = path.with_extension("json.tmp");
+    if std::fs::write(&tmp, json).is_ok() {
+        let _ = std::fs::rename(&tmp, path);
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -247,15 +257,5 @@ mod tests {
         let mut p = pod("  phase: Running\n");
         p.metadata.deletion_timestamp = Some(defaults::now());
         assert_eq!(row(&p).status, "Terminating");
-    }
-}
-
-fn write_atomic(path: &std::path::Path, pod: &Pod) {
-    let Ok(json) = serde_json::to_vec_pretty(pod) else {
-        return;
-    };
-    let tmp = path.with_extension("json.tmp");
-    if std::fs::write(&tmp, json).is_ok() {
-        let _ = std::fs::rename(&tmp, path);
     }
 }
