@@ -4,8 +4,8 @@
 //!   (any more) defined: killed gracefully (preStop and grace period from
 //!   their annotations) and removed, with their pod directory, logs and
 //!   cgroups;
-//! - dead containers of live pods beyond the newest per container name
-//!   (the kubelet keeps one, for status and `kubectl logs --previous`),
+//! - dead containers of live pods beyond the newest dead one per container
+//!   name (the kubelet keeps one, for status and `kubectl logs --previous`),
 //!   and dead sandboxes that are not the pod's newest;
 //! - pod directories of pods that exist nowhere.
 //!
@@ -30,10 +30,10 @@ pub async fn collect(ctx: &Ctx, known: &HashSet<String>, relist: &Relist) {
         let Ok(rt) = ctx.cri.pod(&ctx.settings.node_name, uid).await else {
             continue;
         };
+        // Newest first: the first dead container of a name is kept.
         let mut seen = HashSet::new();
-        for c in &rt.containers {
-            let first = seen.insert(c.name.clone());
-            if !first && c.state == CState::Exited {
+        for c in rt.containers.iter().filter(|c| c.state == CState::Exited) {
+            if !seen.insert(c.name.clone()) {
                 if let Err(e) = ctx.cri.remove_container(&c.id).await {
                     tracing::warn!(container_id = %c.id, error = %e, "remove dead container failed");
                 }
