@@ -267,6 +267,7 @@ async fn readiness_gates_ready(k: &Kubelet, image: &str) {
 kind: Pod
 metadata: {{name: ready}}
 spec:
+  terminationGracePeriodSeconds: 2
   containers:
   - name: web
     image: {image}
@@ -506,7 +507,7 @@ async fn bad_manifests_are_rejected(k: &Kubelet, image: &str) {
     );
     k.write(
         "good.yaml",
-        &format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: good}}\nspec:\n  containers:\n  - {{name: c, image: {image}, command: [sleep, '3600']}}\n"),
+        &format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: good}}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - {{name: c, image: {image}, command: [sleep, '3600']}}\n"),
     );
     let v = k.wait("bad", "Failed", 30, |v| phase(v) == "Failed").await;
     assert_eq!(v["status"]["reason"], "InvalidPod");
@@ -560,6 +561,15 @@ async fn restarted_kubelet_adopts(k: &mut Kubelet, endpoint: &str, image: &str) 
     );
     assert_eq!(restarts(&again, "c"), 0);
     assert_eq!(sandboxes(endpoint, &uid(&keep)).await, 1);
+    // PLEG health, as the node reports it.
+    let node: Value =
+        serde_json::from_slice(&std::fs::read(k.status_dir().join("node.json")).unwrap()).unwrap();
+    assert_eq!(node["pleg"]["healthy"], true, "{node}");
+    assert_eq!(node["pleg"]["mode"], "generic", "{node}");
+    assert!(
+        node["pleg"]["secondsSinceLastRelist"].as_f64().unwrap() < 10.0,
+        "{node}"
+    );
     // The orphan (labels of this node, no manifest) is collected.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while sandboxes(endpoint, &uid(&orphan)).await > 0 {
@@ -619,6 +629,7 @@ async fn host_port_reaches_the_pod(k: &Kubelet, image: &str) {
 kind: Pod
 metadata: {{name: web}}
 spec:
+  terminationGracePeriodSeconds: 2
   containers:
   - name: web
     image: {image}

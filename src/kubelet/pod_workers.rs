@@ -201,6 +201,14 @@ async fn sync_once(ctx: &Ctx, pod: &Pod, rejection: Option<&Rejection>) -> Optio
         );
         return None;
     }
+    if prev.is_none() {
+        // A new pod shows as Pending (ContainerCreating) while its first
+        // sync creates the sandbox, pulls and starts.
+        let empty = super::runtime::RuntimePod::default();
+        ctx.status
+            .set(pod, status::generate(ctx, pod, &empty, None));
+    }
+    let prev = ctx.status.get(uid);
     let retry = sync::sync_pod(ctx, pod).await;
     match ctx.cri.pod(&ctx.settings.node_name, uid).await {
         Ok(rt) => {

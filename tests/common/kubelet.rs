@@ -248,6 +248,13 @@ impl Drop for Kubelet {
             self.remove_all();
         }
         self.kill9();
+        // HUSK_TEST_KEEP_LOGS=DIR keeps each kubelet's log and table there.
+        if let Some(d) = std::env::var_os("HUSK_TEST_KEEP_LOGS") {
+            let d = PathBuf::from(d);
+            let _ = std::fs::create_dir_all(&d);
+            let _ = std::fs::write(d.join(format!("{}.log", self.node)), self.log());
+            let _ = std::fs::write(d.join(format!("{}.table", self.node)), self.table());
+        }
         for m in super::mounts_under(self.dir.path()).iter().rev() {
             let _ = Command::new("umount").arg("-l").arg(m).status();
         }
