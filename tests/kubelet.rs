@@ -561,16 +561,24 @@ async fn restarted_kubelet_adopts(k: &mut Kubelet, endpoint: &str, image: &str) 
     );
     assert_eq!(restarts(&again, "c"), 0);
     assert_eq!(sandboxes(endpoint, &uid(&keep)).await, 1);
-    // PLEG health, as the node reports it.
-    let node: Value =
-        serde_json::from_slice(&std::fs::read(k.status_dir().join("node.json")).unwrap()).unwrap();
+    // PLEG health, as the node reports it (written every 2 s).
+    let read_node = || -> Value {
+        serde_json::from_slice(&std::fs::read(k.status_dir().join("node.json")).unwrap_or_default())
+            .unwrap_or(Value::Null)
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while read_node()["pleg"]["healthy"] != true && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let node = read_node();
     assert_eq!(node["pleg"]["healthy"], true, "{node}");
     assert_eq!(node["pleg"]["mode"], "generic", "{node}");
     assert!(
         node["pleg"]["secondsSinceLastRelist"].as_f64().unwrap() < 10.0,
         "{node}"
     );
-    // The orphan (labels of this node, no manifest) is collected.
+    // The orphan (labels of this node, no manifest) is collected, its
+    // status file too.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while sandboxes(endpoint, &uid(&orphan)).await > 0 {
         assert!(
@@ -580,6 +588,7 @@ async fn restarted_kubelet_adopts(k: &mut Kubelet, endpoint: &str, image: &str) 
         );
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
+    k.wait_gone("orphan", 30).await;
     k.remove("keep.yaml");
     k.wait_gone("keep", 60).await;
 }

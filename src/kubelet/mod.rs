@@ -255,6 +255,9 @@ pub async fn run(
             _ = housekeeping.tick() => {
                 write_node_status(&ctx, pods.len());
                 let idle = gc_running.as_ref().is_none_or(|h| h.is_finished());
+                if config.seen_all(&expected) {
+                    ctx.status.prune_files();
+                }
                 if idle && config.seen_all(&expected) && health.since_last_relist().is_some() {
                     let known: HashSet<String> = pods.uids().chain(workers.uids()).cloned().collect();
                     let relist = health.latest();

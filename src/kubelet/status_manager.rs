@@ -195,6 +195,25 @@ impl StatusManager {
         }
     }
 
+    /// Deletes status files of pods this kubelet does not know (pods
+    /// deleted while it was down); called once the sources have reported.
+    pub fn prune_files(&self) {
+        let Some(dir) = &self.dir else { return };
+        let known: Vec<PathBuf> = self
+            .lock()
+            .values()
+            .filter_map(|e| self.path(&e.pod))
+            .collect();
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let p = e.path();
+            let name = e.file_name().to_string_lossy().to_string();
+            if name.ends_with(".json") && name.contains('_') && !known.contains(&p) {
+                tracing::debug!(path = %p.display(), "removing the status of an unknown pod");
+                let _ = std::fs::remove_file(p);
+            }
+        }
+    }
+
     /// Forgets a pod that is gone from the node, deleting its file.
     pub fn remove(&self, uid: &str) {
         let (e, shared) = {
