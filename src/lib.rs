@@ -12,6 +12,7 @@ pub mod container;
 pub mod error;
 pub mod events;
 pub mod image;
+pub mod kubelet;
 pub mod logging;
 pub mod logs;
 pub mod network;

@@ -1,4 +1,4 @@
-//! The `husk` binary: `serve`, `images`, `config`.
+//! The `husk` binary: `serve`, `images`, `kubelet`, `run`, `bench`, `config`.
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
@@ -121,6 +121,21 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// A thin kubelet: runs Pod manifests on any CRI runtime, printing
+    /// status changes as a live table.
+    Kubelet {
+        #[command(flatten)]
+        common: husk::cli::kubelet::CommonFlags,
+        /// Manifest directory (or file), watched (the kubelet's --pod-manifest-path).
+        #[arg(long, alias = "pod-manifest-path")]
+        manifests: Option<PathBuf>,
+        /// Manifest URL, polled (the kubelet's --manifest-url).
+        #[arg(long)]
+        manifest_url: Option<String>,
+    },
+    /// Run one pod until it completes or is Ready, streaming its logs;
+    /// exits with the pod's outcome.
+    Run(husk::cli::run::RunFlags),
     /// The per-pod monitor (started by `husk serve`, not by hand).
     #[command(hide = true)]
     Shim {
@@ -367,6 +382,19 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 transport.parse().map_err(|e: String| anyhow::anyhow!(e))?,
                 husk::streaming::client::Tls { ca: tls_ca },
             ))
+        }
+        Cmd::Kubelet {
+            common,
+            manifests,
+            manifest_url,
+        } => {
+            husk::logging::init(&common.log_level, "text");
+            runtime()?.block_on(husk::cli::kubelet::run(common, manifests, manifest_url))
+        }
+        Cmd::Run(flags) => {
+            husk::logging::init(&flags.common.log_level, "text");
+            let code = runtime()?.block_on(husk::cli::run::run(flags))?;
+            std::process::exit(code);
         }
         Cmd::Config {
             cmd: ConfigCmd::Default,

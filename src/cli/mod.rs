@@ -1,6 +1,8 @@
 //! Client-side commands: they talk to a running runtime over its socket.
 
 pub mod images;
+pub mod kubelet;
+pub mod run;
 pub mod stream;
 
 use anyhow::Context as _;

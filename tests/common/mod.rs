@@ -5,8 +5,10 @@
 #![allow(dead_code, clippy::unwrap_used)]
 
 pub mod cni;
+pub mod containerd;
 pub mod ctr;
 pub mod images;
+pub mod kubelet;
 pub mod pod;
 pub mod registry;
 pub mod server;

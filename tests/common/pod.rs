@@ -60,7 +60,7 @@ impl Drop for Pod {
     }
 }
 
-fn remove_cgroup_tree(dir: &Path) {
+pub fn remove_cgroup_tree(dir: &Path) {
     let Ok(rd) = std::fs::read_dir(dir) else {
         return;
     };

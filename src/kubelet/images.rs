@@ -1,0 +1,111 @@
+//! Image pulls by imagePullPolicy, as the kubelet's image manager does:
+//! Never uses only a present image (ErrImageNeverPull otherwise),
+//! IfNotPresent pulls when missing, Always pulls for every container
+//! start. A failed pull is ErrImagePull and starts a back-off per
+//! (pod, image); pulls during the back-off are refused as ImagePullBackOff.
+
+use super::backoff::Backoff;
+use super::runtime::Cri;
+use super::sync::StartError;
+use crate::api::cri::PodSandboxConfig;
+use k8s_openapi::api::core::v1::Container;
+use std::time::Duration;
+
+/// What a container start needs from its image.
+#[derive(Debug, Clone)]
+pub struct ImageInfo {
+    /// The runtime's image ID (what CreateContainer is given).
+    pub image_ref: String,
+    /// The image's user: a numeric UID when it has one, and the name.
+    pub uid: Option<i64>,
+    pub username: String,
+}
+
+pub struct ImageManager {
+    backoff: Backoff,
+}
+
+impl ImageManager {
+    pub fn new(initial: Duration, max: Duration) -> ImageManager {
+        ImageManager {
+            backoff: Backoff::new(initial, max),
+        }
+    }
+
+    pub fn forget_pod(&self, uid: &str) {
+        self.backoff.gc(Some(&format!("{uid}_")));
+    }
+
+    pub async fn ensure(
+        &self,
+        cri: &Cri,
+        pod_uid: &str,
+        c: &Container,
+        sandbox: &PodSandboxConfig,
+    ) -> Result<ImageInfo, StartError> {
+        let image = c.image.clone().unwrap_or_default();
+        let policy = c.image_pull_policy.as_deref().unwrap_or("IfNotPresent");
+        let present = cri.image_status(&image).await.map_err(|e| StartError {
+            reason: "ImageInspectError".into(),
+            message: format!("Failed to inspect image {image:?}: {e}"),
+            retry_after: None,
+        })?;
+        if let Some(img) = &present {
+            if policy != "Always" {
+                return Ok(info(img));
+            }
+        } else if policy == "Never" {
+            return Err(StartError {
+                reason: "ErrImageNeverPull".into(),
+                message: format!(
+                    "Container image {image:?} is not present with pull policy of Never"
+                ),
+                retry_after: None,
+            });
+        }
+        let key = format!("{pod_uid}_{image}");
+        if let Some(wait) = self.backoff.remaining_since_update(&key) {
+            return Err(StartError {
+                reason: "ImagePullBackOff".into(),
+                message: format!("Back-off pulling image {image:?}"),
+                retry_after: Some(wait),
+            });
+        }
+        tracing::info!(image_ref = %image, pod_uid, "pulling image");
+        match cri.pull_image(&image, Some(sandbox.clone())).await {
+            Ok(r) => {
+                self.backoff.reset(&key);
+                let img = cri.image_status(&r).await.ok().flatten();
+                Ok(match img {
+                    Some(i) => info(&i),
+                    None => ImageInfo {
+                        image_ref: r,
+                        uid: None,
+                        username: String::new(),
+                    },
+                })
+            }
+            Err(e) => {
+                self.backoff.next(&key, super::backoff::now_ns());
+                let reason = if e.code() == tonic::Code::InvalidArgument {
+                    "InvalidImageName"
+                } else {
+                    "ErrImagePull"
+                };
+                Err(StartError {
+                    reason: reason.into(),
+                    message: format!("Failed to pull image {image:?}: {}", e.status.message()),
+                    retry_after: self.backoff.remaining_since_update(&key),
+                })
+            }
+        }
+    }
+}
+
+fn info(img: &crate::api::cri::Image) -> ImageInfo {
+    ImageInfo {
+        image_ref: img.id.clone(),
+        uid: img.uid.as_ref().map(|u| u.value),
+        username: img.username.clone(),
+    }
+}

@@ -1,0 +1,304 @@
+//! `husk kubelet`: a thin kubelet that drives any CRI runtime (husk serve,
+//! containerd) through the whole pod flow, from Pod manifests.
+//!
+//! ```text
+//! sources (dir, URL, …) ─snapshots─▶ PodConfig ─ADD/UPDATE/DELETE─▶ pod manager
+//!                                                                     │
+//! PLEG relist/events ─┐                                               ▼
+//! probe results ──────┼──────────────▶ sync loop ──dispatch──▶ pod workers (one per pod)
+//! resync timers ──────┘                   ▲                    syncPod · probes · status
+//!                                         └────── done (retry after) ──┘
+//! ```
+//!
+//! The loop never blocks on the runtime: CRI calls happen in the workers,
+//! PLEG and the prober. Housekeeping (every 2 s) writes the node's health
+//! and, once every source has reported, collects garbage. Modules:
+//! sources, pod_manager, pod_workers, sync and start (with images,
+//! sandbox_config, container_config, volumes), terminate, prober (with handlers), pleg,
+//! status and status_manager, gc, cgroups.
+
+pub mod admission;
+pub mod backoff;
+pub mod cgroups;
+pub mod container_config;
+pub mod defaults;
+pub mod gc;
+pub mod handlers;
+pub mod images;
+pub mod labels;
+pub mod pleg;
+pub mod pod_manager;
+pub mod pod_workers;
+pub mod prober;
+pub mod quantity;
+pub mod runtime;
+pub mod sandbox_config;
+pub mod settings;
+pub mod sources;
+pub mod start;
+pub mod status;
+pub mod status_manager;
+pub mod sync;
+pub mod terminate;
+pub mod volumes;
+
+use backoff::Backoff;
+use images::ImageManager;
+use k8s_openapi::api::core::v1::Pod;
+use pod_workers::{PodWorkers, Work};
+use prober::ProbeManager;
+use runtime::Cri;
+use settings::Settings;
+use sources::{ManifestError, Op, PodConfig, SourceSnapshot};
+use status_manager::{StatusEvent, StatusManager};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, watch};
+
+/// Waiting reasons of failed starts, per (pod UID, container name); the
+/// empty name holds the pod's own (sandbox, volume) failure.
+#[derive(Default)]
+pub struct ReasonCache(Mutex<HashMap<(String, String), (String, String)>>);
+
+impl ReasonCache {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), (String, String)>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+    pub fn get(&self, uid: &str, name: &str) -> Option<(String, String)> {
+        self.lock()
+            .get(&(uid.to_string(), name.to_string()))
+            .cloned()
+    }
+    pub fn set(&self, uid: &str, name: &str, reason: &str, message: &str) {
+        self.lock().insert(
+            (uid.to_string(), name.to_string()),
+            (reason.to_string(), message.to_string()),
+        );
+    }
+    pub fn clear(&self, uid: &str, name: &str) {
+        self.lock().remove(&(uid.to_string(), name.to_string()));
+    }
+    pub fn remove_pod(&self, uid: &str) {
+        self.lock().retain(|k, _| k.0 != uid);
+    }
+}
+
+/// What every worker shares.
+pub struct Ctx {
+    pub settings: Settings,
+    pub cri: Cri,
+    pub images: ImageManager,
+    pub crash_backoff: Backoff,
+    pub reasons: ReasonCache,
+    pub probes: ProbeManager,
+    pub status: StatusManager,
+    pub pleg: Arc<pleg::Health>,
+}
+
+impl Ctx {
+    pub fn set_pod_reason(&self, pod: &Pod, reason: &str, message: &str) {
+        tracing::warn!(pod = %defaults::full_name(pod), reason, message, "pod sync failed");
+        self.reasons.set(defaults::uid(pod), "", reason, message);
+    }
+    pub fn clear_pod_reason(&self, pod: &Pod) {
+        self.reasons.clear(defaults::uid(pod), "");
+    }
+}
+
+/// What the kubelet tells its display.
+#[derive(Debug, Clone)]
+pub enum Notice {
+    Status(StatusEvent),
+    ManifestError(ManifestError),
+    /// Connected: runtime name and version.
+    Runtime(String, String),
+}
+
+/// How a caller drives a running kubelet besides the configured sources.
+pub struct Control {
+    /// Snapshots from sources of the caller's own (`husk run`, an API server).
+    pub snapshots: mpsc::Receiver<SourceSnapshot>,
+    /// Those sources' names: GC waits until each has sent a snapshot.
+    pub sources: Vec<String>,
+    /// Becomes true to stop the loop (pods keep running in the runtime).
+    pub stop: watch::Receiver<bool>,
+}
+
+/// Runs the kubelet until `control.stop` turns true.
+pub async fn run(
+    settings: Settings,
+    notices: mpsc::UnboundedSender<Notice>,
+    mut control: Control,
+) -> anyhow::Result<()> {
+    let cri = Cri::connect(&settings.runtime_endpoint).await?;
+    let _ = notices.send(Notice::Runtime(cri.name.clone(), cri.version.clone()));
+    tracing::info!(runtime = %cri.name, version = %cri.version, node = %settings.node_name, "kubelet connected to the runtime");
+    std::fs::create_dir_all(&settings.root)
+        .map_err(|e| anyhow::anyhow!("create {}: {e}", settings.root.display()))?;
+    let (status_tx, mut status_rx) = mpsc::unbounded_channel();
+    let (probe_tx, mut probe_rx) = mpsc::unbounded_channel::<String>();
+    let (pleg_tx, mut pleg_rx) = mpsc::unbounded_channel();
+    let (done_tx, mut done_rx) = mpsc::unbounded_channel();
+    let (snap_tx, mut snap_rx) = mpsc::channel::<SourceSnapshot>(16);
+    let health = Arc::new(pleg::Health::default());
+    let ctx = Arc::new(Ctx {
+        cri: cri.clone(),
+        images: ImageManager::new(settings.image_backoff_initial, settings.image_backoff_max),
+        crash_backoff: Backoff::new(settings.crash_backoff_initial, settings.crash_backoff_max),
+        reasons: ReasonCache::default(),
+        probes: ProbeManager::new(cri.clone(), probe_tx),
+        status: StatusManager::new(settings.status_dir.clone(), status_tx),
+        pleg: health.clone(),
+        settings: settings.clone(),
+    });
+    let mut tasks = Vec::new();
+    let mut expected: Vec<String> = control.sources.clone();
+    if let Some(p) = &settings.manifests {
+        expected.push("file".into());
+        tasks.push(tokio::spawn(sources::watch_dir(
+            p.clone(),
+            settings.node_name.clone(),
+            settings.file_check_frequency,
+            snap_tx.clone(),
+        )));
+    }
+    if let Some(u) = &settings.manifest_url {
+        expected.push("http".into());
+        tasks.push(tokio::spawn(sources::poll_url(
+            u.clone(),
+            settings.node_name.clone(),
+            settings.http_check_frequency,
+            snap_tx.clone(),
+        )));
+    }
+    tasks.push(tokio::spawn(pleg::run(
+        cri.clone(),
+        settings.node_name.clone(),
+        settings.relist_period,
+        pleg_tx,
+        health.clone(),
+    )));
+    let mut config = PodConfig::default();
+    let mut pods = pod_manager::PodManager::default();
+    let mut workers = PodWorkers::new(ctx.clone(), done_tx);
+    let mut due: HashMap<String, Instant> = HashMap::new();
+    let mut housekeeping = tokio::time::interval(Duration::from_secs(2));
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    let mut gc_running: Option<tokio::task::JoinHandle<()>> = None;
+    let sync = |workers: &mut PodWorkers, pods: &pod_manager::PodManager, uid: &str| {
+        if let Some(d) = pods.get(uid) {
+            workers.dispatch(uid, Work::Sync(d.pod.clone(), d.rejection.clone()));
+        }
+    };
+    loop {
+        tokio::select! {
+            _ = control.stop.changed() => {
+                if *control.stop.borrow() {
+                    break;
+                }
+            }
+            Some(snap) = snap_rx.recv() => {
+                let (updates, errors) = config.merge(snap);
+                for e in errors {
+                    tracing::warn!(origin = %e.origin, message = %e.message, "manifest rejected");
+                    let _ = notices.send(Notice::ManifestError(e));
+                }
+                for u in updates {
+                    let uid = defaults::uid(&u.pod).to_string();
+                    match u.op {
+                        Op::Add | Op::Update => {
+                            tracing::info!(pod = %defaults::full_name(&u.pod), pod_uid = %uid, op = ?u.op, source = %u.source, "pod update");
+                            pods.upsert(&uid, u.pod.clone(), &u.source);
+                            sync(&mut workers, &pods, &uid);
+                        }
+                        Op::Reconcile => pods.reconcile(&uid, u.pod.clone()),
+                        Op::Delete => {
+                            tracing::info!(pod = %defaults::full_name(&u.pod), pod_uid = %uid, source = %u.source, "pod deleted");
+                            pods.remove(&uid);
+                            due.remove(&uid);
+                            workers.dispatch(&uid, Work::Terminate(u.pod.clone()));
+                        }
+                    }
+                }
+            }
+            Some(snap) = control.snapshots.recv() => {
+                let _ = snap_tx.send(snap).await;
+            }
+            Some(ev) = pleg_rx.recv() => {
+                sync(&mut workers, &pods, &ev.uid);
+            }
+            Some(uid) = probe_rx.recv() => {
+                sync(&mut workers, &pods, &uid);
+            }
+            Some(d) = done_rx.recv() => {
+                if d.terminated {
+                    for (uid, w) in workers.terminated(&d.uid) {
+                        workers.dispatch(&uid, w);
+                    }
+                } else if pods.get(&d.uid).is_some() {
+                    let after = d.retry_after.unwrap_or(settings.sync_frequency);
+                    due.insert(d.uid, Instant::now() + after);
+                }
+            }
+            Some(st) = status_rx.recv() => {
+                let _ = notices.send(Notice::Status(st));
+            }
+            _ = tick.tick() => {
+                let now = Instant::now();
+                let ready: Vec<String> = due.iter().filter(|(_, t)| **t <= now).map(|(u, _)| u.clone()).collect();
+                for uid in ready {
+                    due.remove(&uid);
+                    sync(&mut workers, &pods, &uid);
+                }
+            }
+            _ = housekeeping.tick() => {
+                write_node_status(&ctx, pods.len());
+                let idle = gc_running.as_ref().is_none_or(|h| h.is_finished());
+                if config.seen_all(&expected) {
+                    ctx.status.prune_files();
+                }
+                if idle && config.seen_all(&expected) && health.since_last_relist().is_some() {
+                    let known: HashSet<String> = pods.uids().chain(workers.uids()).cloned().collect();
+                    let relist = health.latest();
+                    let ctx = ctx.clone();
+                    gc_running = Some(tokio::spawn(async move { gc::collect(&ctx, &known, &relist).await }));
+                }
+            }
+        }
+    }
+    for t in tasks {
+        t.abort();
+    }
+    if let Some(g) = gc_running {
+        g.abort();
+    }
+    // Status changes queued before the stop still reach the display.
+    while let Ok(st) = status_rx.try_recv() {
+        let _ = notices.send(Notice::Status(st));
+    }
+    Ok(())
+}
+
+fn write_node_status(ctx: &Ctx, pods: usize) {
+    let Some(dir) = &ctx.settings.status_dir else {
+        return;
+    };
+    let since = ctx.pleg.since_last_relist();
+    let v = serde_json::json!({
+        "nodeName": ctx.settings.node_name,
+        "runtime": {"name": ctx.cri.name, "version": ctx.cri.version, "endpoint": ctx.settings.runtime_endpoint},
+        "pleg": {
+            "mode": if ctx.pleg.evented() { "evented" } else { "generic" },
+            "secondsSinceLastRelist": since.map(|d| d.as_secs_f64()),
+            "healthy": ctx.pleg.healthy(),
+        },
+        "pods": pods,
+    });
+    let tmp = dir.join("node.json.tmp");
+    if let Ok(b) = serde_json::to_vec_pretty(&v) {
+        if std::fs::write(&tmp, b).is_ok() {
+            let _ = std::fs::rename(&tmp, dir.join("node.json"));
+        }
+    }
+}

@@ -1,0 +1,91 @@
+//! The kubelet's settings (flags of `husk kubelet` / `husk run`), with
+//! the real kubelet's defaults.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub runtime_endpoint: String,
+    /// Manifest file or directory (`--pod-manifest-path`).
+    pub manifests: Option<PathBuf>,
+    /// Manifest URL (`--manifest-url`).
+    pub manifest_url: Option<String>,
+    /// Where each pod's status is written as JSON (`<ns>_<name>.json`).
+    pub status_dir: Option<PathBuf>,
+    /// Pod directories (emptyDir volumes, termination-message files, hosts files).
+    pub root: PathBuf,
+    /// Container log directories: `<pod_log_root>/<ns>_<name>_<uid>/`.
+    pub pod_log_root: PathBuf,
+    pub node_name: String,
+    /// Parent of the per-pod cgroups (`<root>/<qos>/pod<uid>`); empty: none.
+    pub cgroup_root: String,
+    pub cluster_dns: Vec<String>,
+    pub cluster_domain: String,
+    /// The host resolver config for dnsPolicy Default.
+    pub resolv_conf: PathBuf,
+    pub crash_backoff_initial: Duration,
+    pub crash_backoff_max: Duration,
+    pub image_backoff_initial: Duration,
+    pub image_backoff_max: Duration,
+    /// PLEG relist period.
+    pub relist_period: Duration,
+    /// Periodic resync of every pod.
+    pub sync_frequency: Duration,
+    pub file_check_frequency: Duration,
+    pub http_check_frequency: Duration,
+    /// How soon a pod whose sync failed is retried.
+    pub error_requeue: Duration,
+    /// Node memory, for Burstable containers' OOM score.
+    pub memory_capacity: i64,
+}
+
+impl Settings {
+    /// The kubelet's defaults for everything but the endpoint.
+    pub fn new(runtime_endpoint: &str) -> Settings {
+        Settings {
+            runtime_endpoint: runtime_endpoint.to_string(),
+            manifests: None,
+            manifest_url: None,
+            status_dir: None,
+            root: PathBuf::from("/var/lib/husk-kubelet"),
+            pod_log_root: PathBuf::from("/var/log/pods"),
+            node_name: default_node_name(),
+            cgroup_root: "/kubepods".into(),
+            cluster_dns: Vec::new(),
+            cluster_domain: "cluster.local".into(),
+            resolv_conf: PathBuf::from("/etc/resolv.conf"),
+            crash_backoff_initial: Duration::from_secs(10),
+            crash_backoff_max: Duration::from_secs(300),
+            image_backoff_initial: Duration::from_secs(10),
+            image_backoff_max: Duration::from_secs(300),
+            relist_period: Duration::from_secs(1),
+            sync_frequency: Duration::from_secs(60),
+            file_check_frequency: Duration::from_secs(20),
+            http_check_frequency: Duration::from_secs(20),
+            error_requeue: Duration::from_secs(10),
+            memory_capacity: memory_capacity(),
+        }
+    }
+}
+
+/// The host name, lowercased (the kubelet's default node name).
+pub fn default_node_name() -> String {
+    rustix::system::uname()
+        .nodename()
+        .to_string_lossy()
+        .to_lowercase()
+}
+
+fn memory_capacity() -> i64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<i64>().ok())
+        })
+        .map(|kb| kb * 1024)
+        .unwrap_or(0)
+}
