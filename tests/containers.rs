@@ -245,7 +245,9 @@ async fn run_exit_codes_env_users_logs_and_cleanup() {
         &[
             "/bin/sh",
             "-c",
-            "dd if=/dev/zero of=/dev/null bs=128M count=1",
+            // The container sees its own cgroup (read-only) at /sys/fs/cgroup.
+            "test \"$(cat /sys/fs/cgroup/memory/memory.limit_in_bytes)\" = 33554432 || exit 9; \
+             dd if=/dev/zero of=/dev/null bs=128M count=1",
         ],
         &[],
     );

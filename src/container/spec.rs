@@ -212,10 +212,16 @@ pub fn mounts(
     img: &ImageDefaults,
     privileged: bool,
 ) -> Vec<Value> {
-    let sys_opts = if privileged {
-        json!(["nosuid", "noexec", "nodev"])
+    let (sys_opts, cgroup_opts) = if privileged {
+        (
+            json!(["nosuid", "noexec", "nodev"]),
+            json!(["nosuid", "noexec", "nodev", "relatime"]),
+        )
     } else {
-        json!(["nosuid", "noexec", "nodev", "ro"])
+        (
+            json!(["nosuid", "noexec", "nodev", "ro"]),
+            json!(["nosuid", "noexec", "nodev", "relatime", "ro"]),
+        )
     };
     let mut m = vec![
         json!({"destination": "/proc", "type": "proc", "source": "proc", "options": ["nosuid", "noexec", "nodev"]}),
@@ -223,6 +229,8 @@ pub fn mounts(
         json!({"destination": "/dev/pts", "type": "devpts", "source": "devpts", "options": ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"]}),
         json!({"destination": "/dev/mqueue", "type": "mqueue", "source": "mqueue", "options": ["nosuid", "noexec", "nodev"]}),
         json!({"destination": "/sys", "type": "sysfs", "source": "sysfs", "options": sys_opts}),
+        // The container's own cgroups, read-only unless privileged.
+        json!({"destination": "/sys/fs/cgroup", "type": "cgroup", "source": "cgroup", "options": cgroup_opts}),
     ];
     let user_dests: Vec<&str> = c.mounts.iter().map(|x| x.container_path.as_str()).collect();
     for f in ["resolv.conf", "hostname", "hosts"] {
