@@ -216,6 +216,26 @@ async fn crash_loop_backs_off(k: &Kubelet, image: &str) {
     k.wait_gone("crash", 60).await;
 }
 
+async fn active_deadline_fails_the_pod(k: &Kubelet, image: &str) {
+    k.write(
+        "deadline.yaml",
+        &format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: deadline}}\nspec:\n  activeDeadlineSeconds: 2\n  terminationGracePeriodSeconds: 1\n  containers:\n  - {{name: c, image: {image}, command: [sleep, '3600']}}\n"),
+    );
+    k.wait("deadline", "Running", 60, |v| running(v, "c")).await;
+    let v = k
+        .wait("deadline", "DeadlineExceeded", 60, |v| phase(v) == "Failed")
+        .await;
+    assert_eq!(v["status"]["reason"], "DeadlineExceeded", "{v}");
+    assert!(!container(&v, "c")["state"]["terminated"].is_null(), "{v}");
+    // It stays Failed: nothing restarts it.
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    let v = k.status("deadline").unwrap();
+    assert_eq!(phase(&v), "Failed");
+    assert_eq!(restarts(&v, "c"), 0);
+    k.remove("deadline.yaml");
+    k.wait_gone("deadline", 60).await;
+}
+
 /// RFC 3339 to seconds.
 fn secs(t: &str) -> f64 {
     let ts: k8s_openapi::jiff::Timestamp = t.parse().unwrap();
@@ -688,6 +708,7 @@ async fn husk_crash_loop_back_off_and_liveness() {
     let e = husk_env().await;
     crash_loop_backs_off(&e.k, &e.image).await;
     liveness_restarts(&e.k, &e.image).await;
+    active_deadline_fails_the_pod(&e.k, &e.image).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -2,8 +2,8 @@
 //! in-process with the pod as its only source; a progress line follows
 //! the pod's status, its containers' logs stream to stdout as
 //! `[container] line`, and the command exits when the pod has completed
-//! (0 for Succeeded, the failed container's exit code or 1 for Failed) or
-//! is Ready (0). Then the pod is torn down (preStop hooks, grace period),
+//! (0 for Succeeded, the failed container's exit code or 1 for Failed) or,
+//! for a restartPolicy Always pod (which never completes), is Ready (0). Then the pod is torn down (preStop hooks, grace period),
 //! unless `--keep` leaves a Ready pod running. Ctrl-C tears down and exits 130;
 //! `--timeout` exits 124.
 
@@ -163,12 +163,15 @@ fn outcome(ev: &StatusEvent) -> Option<Outcome> {
                 ),
             })
         }
-        _ => st
-            .conditions
-            .iter()
-            .flatten()
-            .any(|c| c.type_ == "Ready" && c.status == "True")
-            .then_some(Outcome::Ready),
+        // A pod that restarts forever is done when Ready; one that may
+        // complete (OnFailure, Never) is waited for.
+        _ => (defaults::restart_policy(&ev.pod) == "Always"
+            && st
+                .conditions
+                .iter()
+                .flatten()
+                .any(|c| c.type_ == "Ready" && c.status == "True"))
+        .then_some(Outcome::Ready),
     }
 }
 

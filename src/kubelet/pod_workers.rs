@@ -209,7 +209,41 @@ async fn sync_once(ctx: &Ctx, pod: &Pod, rejection: Option<&Rejection>) -> Optio
             .set(pod, status::generate(ctx, pod, &empty, None));
     }
     let prev = ctx.status.get(uid);
+    let terminal = matches!(
+        prev.as_ref().and_then(|p| p.phase.as_deref()),
+        Some("Succeeded") | Some("Failed")
+    );
+    // activeDeadlineSeconds, counted from the pod's start on this node.
+    let mut deadline_left = None;
+    if let (Some(d), Some(start)) = (
+        pod.spec.as_ref().and_then(|s| s.active_deadline_seconds),
+        prev.as_ref().and_then(|p| p.start_time.as_ref()),
+    ) {
+        let ran = defaults::now().0.as_second() - start.0.as_second();
+        if ran >= d && !terminal {
+            tracing::info!(pod = %defaults::full_name(pod), deadline = d, "pod exceeded its active deadline");
+            return finish(
+                ctx,
+                pod,
+                prev.as_ref(),
+                Some((
+                    "DeadlineExceeded",
+                    "Pod was active on the node longer than the specified deadline",
+                )),
+            )
+            .await;
+        }
+        deadline_left = Some(Duration::from_secs((d - ran).max(1) as u64));
+    }
+    if terminal {
+        // A finished pod is not run again; whatever still runs is stopped.
+        return finish(ctx, pod, prev.as_ref(), None).await;
+    }
     let retry = sync::sync_pod(ctx, pod).await;
+    let retry = match (retry, deadline_left) {
+        (Some(r), Some(d)) => Some(r.min(d)),
+        (r, d) => r.or(d),
+    };
     match ctx.cri.pod(&ctx.settings.node_name, uid).await {
         Ok(rt) => {
             ctx.probes.update(pod, &rt);
@@ -221,6 +255,49 @@ async fn sync_once(ctx: &Ctx, pod: &Pod, rejection: Option<&Rejection>) -> Optio
         }
     }
     retry
+}
+
+/// Stops a pod that is done (terminal, or failed by `why`), keeping its
+/// status Failed/Succeeded with the reason.
+async fn finish(
+    ctx: &Ctx,
+    pod: &Pod,
+    prev: Option<&k8s_openapi::api::core::v1::PodStatus>,
+    why: Option<(&str, &str)>,
+) -> Option<Duration> {
+    let uid = defaults::uid(pod);
+    let Ok(rt) = ctx.cri.pod(&ctx.settings.node_name, uid).await else {
+        return Some(ctx.settings.error_requeue);
+    };
+    if rt.running().next().is_some() || rt.sandboxes.iter().any(|s| s.ready) {
+        ctx.probes.remove_pod(uid);
+        terminate::kill_pod(
+            ctx,
+            Some(pod),
+            &rt,
+            why.map(|w| w.0).unwrap_or("pod has finished"),
+        )
+        .await;
+    }
+    let rt = ctx
+        .cri
+        .pod(&ctx.settings.node_name, uid)
+        .await
+        .unwrap_or(rt);
+    let mut st = status::generate(ctx, pod, &rt, prev);
+    match why {
+        Some((reason, message)) => {
+            st.phase = Some("Failed".into());
+            st.reason = Some(reason.into());
+            st.message = Some(message.into());
+        }
+        None => {
+            st.reason = prev.and_then(|p| p.reason.clone());
+            st.message = prev.and_then(|p| p.message.clone());
+        }
+    }
+    ctx.status.set(pod, st);
+    None
 }
 
 async fn terminate_pod(ctx: &Ctx, pod: &Pod) {

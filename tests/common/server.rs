@@ -307,13 +307,14 @@ impl Drop for Husk {
             let _ = c.kill();
             let _ = c.wait();
         }
-        // Shims of pods a failed test did not remove.
+        // Shims of pods a failed test did not remove (argv[0] is the full
+        // path of the binary, so the needle is matched anywhere).
         let needle = format!("husk shim --dir {}/", self.dir.path().display());
         for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
             let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
             if String::from_utf8_lossy(&cmd)
                 .replace('\0', " ")
-                .starts_with(&needle)
+                .contains(&needle)
             {
                 if let Some(pid) = e
                     .file_name()
