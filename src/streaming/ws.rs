@@ -280,7 +280,7 @@ mod tests {
     fn accept_key_matches_rfc_example() {
         assert_eq!(
             accept_key("dGhlIHNhbXBsZSBub25jZQ=="),
-            "s3pPLMBiTxaQ9kOiDZ8YQ4kRbOo="
+            "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
         );
     }
 
