@@ -170,21 +170,14 @@ fn print_pull(image: &str, iterations: usize, results: &[super::PullResult]) {
 
 fn print_sandbox(iterations: usize, results: &[super::sandbox::SandboxResult]) {
     println!("pod sandboxes, {iterations} interleaved iterations");
-    println!(
-        "{:<28} {:>12} {:>12} {:>12} {:>16} {:>16}",
-        "runtime", "run p50 ms", "run p90 ms", "run p99 ms", "stop+rm p50 ms", "stop+rm p90 ms"
-    );
+    let mut rows = Vec::new();
     for r in results {
-        println!(
-            "{:<28} {:>12.1} {:>12.1} {:>12.1} {:>16.1} {:>16.1}",
-            r.runtime,
-            r.run.p50_ms,
-            r.run.p90_ms,
-            r.run.p99_ms,
-            r.stop_remove.p50_ms,
-            r.stop_remove.p90_ms
-        );
+        rows.push(("RunPodSandbox", r.runtime.as_str(), &r.run));
     }
+    for r in results {
+        rows.push(("stop+remove", r.runtime.as_str(), &r.stop_remove));
+    }
+    print_latency(&rows);
     println!(
         "{:<28} {:>6} {:>14} {:>14} {:>14} {:>14}",
         "memory", "pods", "shim RSS MB", "shim PSS MB", "total RSS MB", "per pod MB"
@@ -217,8 +210,34 @@ fn print_sandbox(iterations: usize, results: &[super::sandbox::SandboxResult]) {
     }
 }
 
+/// One row per operation and runtime: p50, p90 and p99.
+fn print_latency(rows: &[(&str, &str, &super::Summary)]) {
+    println!(
+        "{:<16} {:<28} {:>10} {:>10} {:>10}",
+        "operation", "runtime", "p50 ms", "p90 ms", "p99 ms"
+    );
+    for (op, runtime, s) in rows {
+        println!(
+            "{op:<16} {runtime:<28} {:>10.1} {:>10.1} {:>10.1}",
+            s.p50_ms, s.p90_ms, s.p99_ms
+        );
+    }
+}
+
 fn print_containers(iterations: usize, results: &[super::container::ContainerResult]) {
     println!("containers, {iterations} interleaved iterations");
+    let mut rows = Vec::new();
+    for r in results {
+        rows.push(("create+start", r.runtime.as_str(), &r.create_start));
+        rows.push(("stop+remove", r.runtime.as_str(), &r.stop_remove));
+        rows.push(("full pod", r.runtime.as_str(), &r.full_pod));
+    }
+    rows.sort_by_key(|(op, _, _)| match *op {
+        "create+start" => 0,
+        "stop+remove" => 1,
+        _ => 2,
+    });
+    print_latency(&rows);
     println!(
         "{:<28} {:>16} {:>16} {:>14} {:>18} {:>14} {:>12}",
         "runtime",
