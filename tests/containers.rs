@@ -5,6 +5,7 @@
 
 mod common;
 
+use common::ctr::{ccfg, container_status as status_of, create_start, pod_config};
 use common::images::*;
 use common::pod::*;
 use common::server::Husk;
@@ -23,79 +24,6 @@ async fn app_image(p: &Pod) -> String {
     let r = format!("{}/app/busybox:v1", p.reg.host());
     p.h.pull(&r).await.unwrap();
     r
-}
-
-fn pod_config(p: &Pod, name: &str) -> PodSandboxConfig {
-    let mut c = p.config(name);
-    c.log_directory = p.h.dir.path().join("logs").join(name).display().to_string();
-    c
-}
-
-fn ccfg(image: &str, name: &str, command: &[&str], args: &[&str]) -> ContainerConfig {
-    ContainerConfig {
-        metadata: Some(ContainerMetadata {
-            name: name.into(),
-            attempt: 0,
-        }),
-        image: Some(ImageSpec {
-            image: image.into(),
-            ..Default::default()
-        }),
-        command: command.iter().map(|s| s.to_string()).collect(),
-        args: args.iter().map(|s| s.to_string()).collect(),
-        log_path: format!("{name}/0.log"),
-        linux: Some(LinuxContainerConfig {
-            security_context: Some(LinuxContainerSecurityContext {
-                namespace_options: Some(NamespaceOption {
-                    pid: NamespaceMode::Container as i32,
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
-async fn create_start(h: &Husk, pod: &str, pc: &PodSandboxConfig, c: ContainerConfig) -> String {
-    let mut rt = h.runtime().await;
-    let id = rt
-        .create_container(CreateContainerRequest {
-            pod_sandbox_id: pod.into(),
-            config: Some(c),
-            sandbox_config: Some(pc.clone()),
-        })
-        .await
-        .unwrap_or_else(|e| {
-            panic!(
-                "create {pod}: {e:?}\nshim log: {}",
-                std::fs::read_to_string(h.dir.path().join("run/s").join(pod).join("shim.log"))
-                    .unwrap_or_default()
-            )
-        })
-        .into_inner()
-        .container_id;
-    rt.start_container(StartContainerRequest {
-        container_id: id.clone(),
-    })
-    .await
-    .unwrap();
-    id
-}
-
-async fn status_of(h: &Husk, id: &str) -> ContainerStatus {
-    h.runtime()
-        .await
-        .container_status(ContainerStatusRequest {
-            container_id: id.into(),
-            verbose: false,
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .status
-        .unwrap()
 }
 
 async fn wait_exit(h: &Husk, id: &str) -> ContainerStatus {

@@ -30,8 +30,9 @@ pub fn pod_config(p: &Pod, name: &str) -> PodSandboxConfig {
     c
 }
 
-/// A container running `sh -c script`, with `labels`.
-pub fn shell(image: &str, name: &str, script: &str, labels: &[(&str, &str)]) -> ContainerConfig {
+/// A container running `command` with `args` (empty: the image's), its
+/// log at `<name>/0.log`, in its own PID namespace.
+pub fn ccfg(image: &str, name: &str, command: &[&str], args: &[&str]) -> ContainerConfig {
     ContainerConfig {
         metadata: Some(ContainerMetadata {
             name: name.into(),
@@ -41,12 +42,9 @@ pub fn shell(image: &str, name: &str, script: &str, labels: &[(&str, &str)]) -> 
             image: image.into(),
             ..Default::default()
         }),
-        args: vec![script.to_string()],
+        command: command.iter().map(|s| s.to_string()).collect(),
+        args: args.iter().map(|s| s.to_string()).collect(),
         log_path: format!("{name}/0.log"),
-        labels: labels
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
         linux: Some(LinuxContainerConfig {
             security_context: Some(LinuxContainerSecurityContext {
                 namespace_options: Some(NamespaceOption {
@@ -61,6 +59,17 @@ pub fn shell(image: &str, name: &str, script: &str, labels: &[(&str, &str)]) -> 
     }
 }
 
+/// A container running `sh -c script` (the app image's entrypoint), with
+/// `labels`.
+pub fn shell(image: &str, name: &str, script: &str, labels: &[(&str, &str)]) -> ContainerConfig {
+    let mut c = ccfg(image, name, &[], &[script]);
+    c.labels = labels
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    c
+}
+
 pub async fn create(h: &Husk, pod: &str, pc: &PodSandboxConfig, c: ContainerConfig) -> String {
     h.runtime()
         .await
@@ -70,7 +79,14 @@ pub async fn create(h: &Husk, pod: &str, pc: &PodSandboxConfig, c: ContainerConf
             sandbox_config: Some(pc.clone()),
         })
         .await
-        .unwrap_or_else(|e| panic!("create in {pod}: {e:?}\n{}", h.log()))
+        .unwrap_or_else(|e| {
+            panic!(
+                "create in {pod}: {e:?}\nshim log: {}\nserver log: {}",
+                std::fs::read_to_string(h.dir.path().join("run/s").join(pod).join("shim.log"))
+                    .unwrap_or_default(),
+                h.log()
+            )
+        })
         .into_inner()
         .container_id
 }
