@@ -107,12 +107,13 @@ enum Cmd {
         /// Iterations per operation.
         #[arg(long, default_value_t = 5)]
         iterations: usize,
-        /// Operations: pull, sandbox, container, exec, stream (comma-separated),
+        /// Operations: rpc, pull, sandbox, container, exec, stream (comma-separated),
         /// or all.
         #[arg(long, default_value = "pull")]
         ops: String,
-        /// Image for the cold-pull operation.
-        #[arg(long, default_value = "")]
+        /// Image for the pull, container, exec and stream operations (they
+        /// refuse to run without one; rpc and sandbox need none).
+        #[arg(long, default_value = "", hide_default_value = true)]
         image: String,
         /// Pod counts at which the sandbox benchmark measures memory.
         #[arg(long, default_value = "1,10,50")]

@@ -34,7 +34,7 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<()> {
     let mut report = serde_json::Map::new();
     report.insert("load_before".into(), loadavg().into());
     let ops = if a.ops.trim() == "all" {
-        "sandbox,container,exec,stream,pull".to_string()
+        "rpc,sandbox,container,exec,stream,pull".to_string()
     } else {
         a.ops.clone()
     };
@@ -93,6 +93,13 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<()> {
                 }
                 report.insert("exec".into(), serde_json::to_value(&results)?);
             }
+            "rpc" => {
+                let results = rpc::bench_rpc(&mut targets, a.iterations).await?;
+                if !a.json {
+                    print!("{}", rpc::report(a.iterations, &results));
+                }
+                report.insert("rpc".into(), serde_json::to_value(&results)?);
+            }
             "stream" => {
                 anyhow::ensure!(
                     !a.image.is_empty(),
@@ -106,7 +113,7 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<()> {
             }
             other => {
                 anyhow::bail!(
-                    "unknown benchmark operation {other:?} (pull, sandbox, container, exec, stream)"
+                    "unknown benchmark operation {other:?} (rpc, pull, sandbox, container, exec, stream)"
                 )
             }
         }

@@ -8,6 +8,7 @@ pub mod cli;
 pub mod container;
 pub mod exec;
 pub mod procs;
+pub mod rpc;
 pub mod sandbox;
 pub mod stream;
 

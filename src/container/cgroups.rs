@@ -85,6 +85,16 @@ impl Layout {
         matches!(self, Layout::V2(_))
     }
 
+    /// Whether `controller` is available: mounted (v1) or listed in the
+    /// root's `cgroup.controllers` (v2).
+    pub fn has(&self, controller: &str) -> bool {
+        match self {
+            Layout::V1(m) => m.contains_key(controller),
+            Layout::V2(root) => read(root, "cgroup.controllers")
+                .is_some_and(|t| t.split_whitespace().any(|c| c == controller)),
+        }
+    }
+
     /// The directory of `cgroups_path` for `controller` (v1), or in the
     /// unified hierarchy (v2, where `controller` is ignored).
     pub fn dir(&self, controller: &str, cgroups_path: &str) -> Option<PathBuf> {
@@ -317,6 +327,51 @@ impl Usage {
     }
 }
 
+/// Drops the limits of `res` that need a controller the host lacks, as
+/// runc and containerd do (the kubelet sends hugepage limits for every page
+/// size the node has, whether or not the hugetlb controller exists). Each
+/// controller skipped is logged once per process; the names are returned.
+pub fn prune_unsupported(
+    layout: &Layout,
+    res: &mut crate::api::cri::LinuxContainerResources,
+) -> Vec<&'static str> {
+    let mut skipped = Vec::new();
+    if !res.hugepage_limits.is_empty() && !layout.has("hugetlb") {
+        res.hugepage_limits.clear();
+        skipped.push("hugetlb");
+    }
+    if (!res.cpuset_cpus.is_empty() || !res.cpuset_mems.is_empty()) && !layout.has("cpuset") {
+        res.cpuset_cpus.clear();
+        res.cpuset_mems.clear();
+        skipped.push("cpuset");
+    }
+    if (res.cpu_shares > 0 || res.cpu_quota > 0 || res.cpu_period > 0) && !layout.has("cpu") {
+        res.cpu_shares = 0;
+        res.cpu_quota = 0;
+        res.cpu_period = 0;
+        skipped.push("cpu");
+    }
+    if (res.memory_limit_in_bytes > 0 || res.memory_swap_limit_in_bytes > 0)
+        && !layout.has("memory")
+    {
+        res.memory_limit_in_bytes = 0;
+        res.memory_swap_limit_in_bytes = 0;
+        skipped.push("memory");
+    }
+    static LOGGED: std::sync::Mutex<Vec<&'static str>> = std::sync::Mutex::new(Vec::new());
+    let mut logged = LOGGED.lock().unwrap_or_else(|p| p.into_inner());
+    for c in &skipped {
+        if !logged.contains(c) {
+            logged.push(c);
+            tracing::warn!(
+                controller = c,
+                "the host has no {c} cgroup controller: its limits are skipped"
+            );
+        }
+    }
+    skipped
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -340,6 +395,25 @@ mod tests {
             Some(PathBuf::from("/sys/fs/cgroup/memory/pods/c1"))
         );
         assert_eq!(l.dir("pids", "/pods/c1"), None);
+    }
+
+    #[test]
+    fn limits_of_missing_controllers_are_pruned() {
+        let l = Layout::from_mountinfo(HYBRID);
+        let mut r = crate::api::cri::LinuxContainerResources {
+            cpu_shares: 2,
+            memory_limit_in_bytes: 1 << 20,
+            cpuset_cpus: "0".into(),
+            hugepage_limits: vec![crate::api::cri::HugepageLimit {
+                page_size: "2MB".into(),
+                limit: 0,
+            }],
+            ..Default::default()
+        };
+        assert_eq!(prune_unsupported(&l, &mut r), ["hugetlb", "cpuset"]);
+        assert!(r.hugepage_limits.is_empty() && r.cpuset_cpus.is_empty());
+        assert_eq!((r.cpu_shares, r.memory_limit_in_bytes), (2, 1 << 20));
+        assert!(prune_unsupported(&l, &mut r).is_empty());
     }
 
     #[test]

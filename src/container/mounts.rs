@@ -22,6 +22,74 @@ fn propagation(p: i32) -> &'static str {
     }
 }
 
+/// The propagation of the container's root: shared when a mount is
+/// bidirectional, slave when one takes the host's mounts, otherwise left
+/// to the runtime (slave), as containerd sets it. libcontainer always
+/// applies it recursively and knows only the names without the `r`.
+pub fn rootfs_propagation(c: &ContainerConfig) -> Option<&'static str> {
+    let has = |want: MountPropagation| c.mounts.iter().any(|m| m.propagation == want as i32);
+    if has(MountPropagation::PropagationBidirectional) {
+        Some("shared")
+    } else if has(MountPropagation::PropagationHostToContainer) {
+        Some("slave")
+    } else {
+        None
+    }
+}
+
+/// Checks that each mount asking for propagation has a source that can
+/// give it: a shared mount for bidirectional, shared or slave for
+/// host-to-container (containerd refuses the same). `mountinfo` is the
+/// text of /proc/self/mountinfo.
+pub fn check_propagation(c: &ContainerConfig, mountinfo: &str) -> Result<(), SpecError> {
+    for m in &c.mounts {
+        let want = MountPropagation::try_from(m.propagation).unwrap_or_default();
+        if want == MountPropagation::PropagationPrivate {
+            continue;
+        }
+        let Some((point, optional)) = mount_of(Path::new(&m.host_path), mountinfo) else {
+            continue;
+        };
+        let shared = optional.split(' ').any(|o| o.starts_with("shared:"));
+        let slave = optional.split(' ').any(|o| o.starts_with("master:"));
+        let ok = match want {
+            MountPropagation::PropagationBidirectional => shared,
+            _ => shared || slave,
+        };
+        if !ok {
+            return Err(SpecError(format!(
+                "mount {}: {} propagation needs a {} mount, but {} is private (mount --make-rshared {} first)",
+                m.host_path,
+                propagation(m.propagation),
+                if want == MountPropagation::PropagationBidirectional { "shared" } else { "shared or slave" },
+                point,
+                point,
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The mount point holding `path` (the longest matching mount point; the
+/// last one mounted wins a tie) and its optional fields.
+fn mount_of<'a>(path: &Path, mountinfo: &'a str) -> Option<(&'a str, &'a str)> {
+    let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut best: Option<(&str, &str)> = None;
+    for line in mountinfo.lines() {
+        let Some((left, _)) = line.split_once(" - ") else {
+            continue;
+        };
+        let fields: Vec<&str> = left.splitn(7, ' ').collect();
+        let (Some(point), optional) = (fields.get(4), fields.get(6).copied().unwrap_or("")) else {
+            continue;
+        };
+        if path.starts_with(point) && best.is_none_or(|(b, _)| point.len() >= b.len()) {
+            best = Some((point, optional));
+        }
+    }
+    best
+}
+
 /// The mounts: defaults, the pod's files and /dev/shm, image volumes, then
 /// the config's mounts (which win at the same destination).
 pub fn mounts(
@@ -111,4 +179,50 @@ pub fn devices(c: &ContainerConfig) -> Result<(Vec<Value>, Vec<Value>), SpecErro
         );
     }
     Ok((nodes, rules))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::cri::Mount;
+
+    const MOUNTINFO: &str = "22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/vda rw
+40 22 8:1 /tmp/a /tmp/a rw shared:7 - ext4 /dev/vda rw
+41 22 8:1 /tmp/b /tmp/b rw master:7 - ext4 /dev/vda rw
+42 22 8:1 /tmp/c /tmp/c rw - ext4 /dev/vda rw";
+
+    fn with(path: &str, p: MountPropagation) -> ContainerConfig {
+        ContainerConfig {
+            mounts: vec![Mount {
+                host_path: path.into(),
+                container_path: "/m".into(),
+                propagation: p as i32,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn propagation_needs_a_source_that_can_give_it() {
+        use MountPropagation::*;
+        assert!(check_propagation(&with("/tmp/a/x", PropagationBidirectional), MOUNTINFO).is_ok());
+        assert!(
+            check_propagation(&with("/tmp/b/x", PropagationHostToContainer), MOUNTINFO).is_ok()
+        );
+        let e = check_propagation(&with("/tmp/b/x", PropagationBidirectional), MOUNTINFO)
+            .expect_err("slave is not shared");
+        assert!(e.0.contains("/tmp/b"), "{}", e.0);
+        assert!(check_propagation(&with("/tmp/c", PropagationHostToContainer), MOUNTINFO).is_err());
+        assert!(check_propagation(&with("/tmp/c", PropagationPrivate), MOUNTINFO).is_ok());
+        assert_eq!(
+            rootfs_propagation(&with("/x", PropagationBidirectional)),
+            Some("shared")
+        );
+        assert_eq!(
+            rootfs_propagation(&with("/x", PropagationHostToContainer)),
+            Some("slave")
+        );
+        assert_eq!(rootfs_propagation(&with("/x", PropagationPrivate)), None);
+    }
 }

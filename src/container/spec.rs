@@ -250,16 +250,21 @@ pub fn build(
     who: &Identity,
     pod: &PodContext<'_>,
 ) -> Result<Value, SpecError> {
+    if c.mounts.iter().any(|m| m.propagation != 0) {
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        super::mounts::check_propagation(c, &mountinfo)?;
+    }
     let sc = c
         .linux
         .as_ref()
         .and_then(|l| l.security_context.clone())
         .unwrap_or_default();
-    let res = c
+    let mut res = c
         .linux
         .as_ref()
         .and_then(|l| l.resources.clone())
         .unwrap_or_default();
+    super::cgroups::prune_unsupported(super::cgroups::Layout::host(), &mut res);
     let caps = capabilities(
         sc.capabilities
             .as_ref()
@@ -362,6 +367,7 @@ pub fn build(
             "maskedPaths": masked,
             "readonlyPaths": readonly,
             "resources": resources,
+            "rootfsPropagation": super::mounts::rootfs_propagation(c),
         },
     }))
 }

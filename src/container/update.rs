@@ -43,6 +43,9 @@ impl ContainerManager {
                 "container {id} is neither created nor running"
             )));
         }
+        let mut new = new.clone();
+        super::cgroups::prune_unsupported(Layout::host(), &mut new);
+        let new = &new;
         resources::apply(Layout::host(), &r.cgroups_path, new)?;
 
         let dir = self.dir(id);

@@ -68,6 +68,11 @@ pub fn resolve(
     passwd_text: Option<&str>,
     group_text: Option<&str>,
 ) -> Result<Identity, SpecError> {
+    if run_as_group.is_some() && run_as_user.is_none() && run_as_username.is_empty() {
+        return Err(SpecError(
+            "security_context.run_as_group is set without run_as_user or run_as_username".into(),
+        ));
+    }
     let users = passwd(passwd_text.unwrap_or(""));
     let grps = groups(group_text.unwrap_or(""));
     let (user_part, group_part) = if let Some(u) = run_as_user {
@@ -192,6 +197,8 @@ mod tests {
             }
         );
         assert!(r(None, "nobody-here", None, &[], "").is_err());
+        let e = r(None, "", Some(5), &[], "alice").expect_err("group without user");
+        assert!(e.0.contains("run_as_group"), "{}", e.0);
         assert!(r(None, "", None, &[], "alice:nogroup").is_err());
     }
 }

@@ -206,34 +206,17 @@ impl ImageManager {
         self.content.read(&rec.id)
     }
 
-    /// Removes an image by ID, tag or digest. A tag of an image that has
-    /// other tags only loses that tag; otherwise the whole image goes, then
-    /// its unshared content. An unknown image is not an error (CRI).
+    /// Removes an image by ID, tag or digest: the whole image, then its
+    /// unshared content. An unknown image is not an error (CRI).
     pub fn remove(&self, spec: &str) -> Result<Option<ImageRecord>, ImageError> {
         let Some(rec) = self.find(spec) else {
             return Ok(None);
         };
-        let tag = Reference::parse(spec)
-            .ok()
-            .filter(|r| r.digest.is_none())
-            .and_then(|r| r.tagged())
-            .filter(|t| rec.repo_tags.contains(t));
-        {
-            let mut recs = self.records_write();
-            match tag {
-                Some(t) if rec.repo_tags.len() > 1 => {
-                    let mut updated = rec.clone();
-                    updated.repo_tags.retain(|x| *x != t);
-                    recs.write(updated)?;
-                    tracing::info!(image_ref = %t, image_id = %rec.id, "untagged image");
-                    return Ok(Some(rec));
-                }
-                _ => {
-                    recs.delete(&rec.id)?;
-                }
-            }
-        }
-        tracing::info!(image_id = %rec.id, "removed image");
+        // The image goes with all its tags and digests, whichever of them
+        // named it, as containerd's CRI removes it (the kubelet's image GC
+        // and critest expect no tag to outlive RemoveImage).
+        self.records_write().delete(&rec.id)?;
+        tracing::info!(image_id = %rec.id, tags = ?rec.repo_tags, "removed image");
         self.collect_garbage()?;
         Ok(Some(rec))
     }

@@ -190,13 +190,12 @@ impl SandboxManager {
         }
 
         // Namespaces, pinned.
-        let hostname = if host_net {
+        // No hostname asked for: the node's, as containerd gives.
+        let hostname = if host_net || c.hostname.is_empty() {
             rustix::system::uname()
                 .nodename()
                 .to_string_lossy()
                 .into_owned()
-        } else if c.hostname.is_empty() {
-            md.name.clone()
         } else {
             c.hostname.clone()
         };

@@ -99,8 +99,13 @@ pub fn config(c: &PodSandboxConfig) -> Result<(), String> {
             }
         }
     }
-    if !host_net && c.hostname.len() > 64 {
-        return Err("hostname is longer than 64 characters".into());
+    if !host_net && !c.hostname.is_empty() {
+        hostname(&c.hostname)?;
+    }
+    if let Some(sc) = c.linux.as_ref().and_then(|l| l.security_context.as_ref()) {
+        if sc.run_as_group.is_some() && sc.run_as_user.is_none() {
+            return Err("linux.security_context.run_as_group is set without run_as_user".into());
+        }
     }
     for p in &c.port_mappings {
         if p.host_port < 0
@@ -113,6 +118,25 @@ pub fn config(c: &PodSandboxConfig) -> Result<(), String> {
                 p.host_port, p.container_port
             ));
         }
+    }
+    Ok(())
+}
+
+/// A hostname the kernel takes and resolvers agree with: at most 63
+/// characters of letters, digits, `-` and `.`, neither first nor last a
+/// `-` or `.`.
+fn hostname(h: &str) -> Result<(), String> {
+    if h.len() > 63 {
+        return Err(format!("hostname {h:?} is longer than 63 characters"));
+    }
+    let ok_chars = h
+        .chars()
+        .all(|ch| ch.is_ascii_alphanumeric() || ch == '-' || ch == '.');
+    let ok_ends = !h.starts_with(['-', '.']) && !h.ends_with(['-', '.']);
+    if !ok_chars || !ok_ends {
+        return Err(format!(
+            "hostname {h:?} is not a valid host name (letters, digits, '-' and '.')"
+        ));
     }
     Ok(())
 }
@@ -132,6 +156,21 @@ mod tests {
             }),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn hostnames_are_checked_and_may_be_left_out() {
+        let with = |h: &str| {
+            let mut c = base();
+            c.hostname = h.into();
+            config(&c)
+        };
+        assert!(with("").is_ok());
+        assert!(with("web-0.example").is_ok());
+        assert!(with(&"a".repeat(63)).is_ok());
+        assert!(with(&"a".repeat(64)).expect_err("long").contains("63"));
+        assert!(with("bad_name").is_err());
+        assert!(with("-x").is_err());
     }
 
     #[test]

@@ -7,6 +7,8 @@
 //! until then every RPC answers Unavailable (see `instrument.rs`).
 
 pub mod admin;
+pub mod deadline;
+pub mod h2front;
 pub mod image;
 pub mod instrument;
 pub mod runtime;
@@ -24,6 +26,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::UnixListener;
 use tokio_stream::wrappers::UnixListenerStream;
+use tokio_stream::StreamExt as _;
 
 /// kubelet sends messages over tonic's 4 MiB default.
 const MAX_MESSAGE: usize = 64 << 20;
@@ -158,6 +161,7 @@ pub async fn serve(cfg: Config) -> anyhow::Result<()> {
     tracing::info!(listen = %cfg.listen.display(), root = %cfg.root.display(), version = env!("CARGO_PKG_VERSION"), "husk serve listening");
     let result = tonic::transport::Server::builder()
         .trace_fn(|req| tracing::debug_span!("rpc", method = %req.uri().path()))
+        .layer(deadline::DeadlineLayer)
         .add_service(
             RuntimeServiceServer::new(runtime::Runtime::new(state.clone()))
                 .max_decoding_message_size(MAX_MESSAGE)
@@ -169,7 +173,10 @@ pub async fn serve(cfg: Config) -> anyhow::Result<()> {
                 .max_encoding_message_size(MAX_MESSAGE),
         )
         .add_service(AdminServer::new(admin::Admin::new(state.clone())))
-        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), stop)
+        .serve_with_incoming_shutdown(
+            UnixListenerStream::new(listener).map(|c| c.map(h2front::FrontStream::new)),
+            stop,
+        )
         .await;
     let _ = std::fs::remove_file(&cfg.listen);
     result.context("grpc server")?;

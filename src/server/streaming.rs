@@ -36,8 +36,11 @@ impl Backend for StateBackend {
         let rec = s
             .get(sandbox)
             .ok_or_else(|| format!("pod sandbox {sandbox} not found"))?;
-        rec.netns
-            .ok_or_else(|| format!("pod sandbox {sandbox} has no network namespace"))
+        // A host-network pod has no namespace of its own: its ports are
+        // the host's, as husk serve sees them.
+        Ok(rec
+            .netns
+            .unwrap_or_else(|| PathBuf::from("/proc/self/ns/net")))
     }
 }
 

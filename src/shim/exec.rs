@@ -57,10 +57,11 @@ pub fn start(
         let (err_r, err_w) = pipe()?;
         let stdin = std::fs::File::open("/dev/null").map_err(|e| e.to_string())?;
         let pid = super::fork::in_child(|| {
-            write_process(youki, &req.id, &req.args, &file)?;
+            let executor = write_process(youki, &req.id, &req.args, &file)?;
             ContainerBuilder::new(req.id.clone(), SyscallType::default())
                 .with_root_path(youki)
                 .map_err(|e| e.to_string())?
+                .with_executor(executor)
                 .with_stdin(OwnedFd::from(stdin))
                 .with_stdout(out_w)
                 .with_stderr(err_w)
@@ -99,8 +100,14 @@ pub fn start(
 }
 
 /// Writes the container's own process with the command swapped in (user,
-/// env, cwd, capabilities and rlimits as the container has them) to `file`.
-fn write_process(youki: &Path, id: &str, args: &[String], file: &Path) -> Result<(), String> {
+/// env, cwd, capabilities and rlimits as the container has them) to `file`;
+/// returns the executor that applies the container's seccomp filter.
+fn write_process(
+    youki: &Path,
+    id: &str,
+    args: &[String],
+    file: &Path,
+) -> Result<super::tenant::TenantExecutor, String> {
     let c = Container::load(youki.join(id)).map_err(|e| format!("container {id}: {e}"))?;
     let spec: serde_json::Value = std::fs::read(c.bundle().join("config.json"))
         .ok()
@@ -112,7 +119,9 @@ fn write_process(youki: &Path, id: &str, args: &[String], file: &Path) -> Result
         .ok_or("the container's spec has no process")?;
     process["args"] = serde_json::json!(args);
     process["terminal"] = serde_json::json!(false);
-    crate::store::atomic::write_json(file, &process).map_err(|e| e.to_string())
+    let executor = super::tenant::TenantExecutor::prepare(&spec, &mut process)?;
+    crate::store::atomic::write_json(file, &process).map_err(|e| e.to_string())?;
+    Ok(executor)
 }
 
 impl PendingExec {

@@ -22,6 +22,7 @@ mod fork;
 pub mod monitor;
 pub mod process;
 pub mod stream;
+pub mod tenant;
 pub mod wire;
 
 /// Exit record written when a container's init is reaped.

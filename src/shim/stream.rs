@@ -439,6 +439,7 @@ fn start_exec(
             process["env"] = serde_json::json!(env);
         }
     }
+    let executor = super::tenant::TenantExecutor::prepare(&spec, &mut process)?;
     let file = dir.join(format!("exec-{:016x}.json", rand::random::<u64>()));
     crate::store::atomic::write_json(&file, &process).map_err(|e| e.to_string())?;
     let null = || {
@@ -480,6 +481,7 @@ fn start_exec(
         b = b.with_stdin(stdin).with_stdout(stdout).with_stderr(stderr);
     }
     let built = b
+        .with_executor(executor)
         .as_tenant()
         .with_process(Some(&file))
         .with_detach(true)

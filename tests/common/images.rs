@@ -169,7 +169,7 @@ pub fn busybox_entries() -> Vec<Entry> {
     for applet in [
         "sh", "ls", "cat", "echo", "sleep", "true", "false", "env", "id", "wget", "httpd", "nc",
         "ip", "hostname", "mount", "ps", "kill", "head", "yes", "dd", "timeout", "touch", "mkdir",
-        "rm", "grep", "sed",
+        "rm", "grep", "sed", "chmod",
     ] {
         v.push(Entry::Symlink(format!("bin/{applet}"), "busybox".into()));
     }

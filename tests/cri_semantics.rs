@@ -1,0 +1,338 @@
+//! CRI semantics the real clients (critest, the kubelet) taught: each test
+//! pins one behaviour that husk got wrong against them.
+//!
+//! - A pod without a hostname gets the node's; a bad or over-long hostname
+//!   is InvalidArgument.
+//! - RunAsGroup without RunAsUser is InvalidArgument, for pods and
+//!   containers.
+//! - Hugepage limits for a controller the host lacks (hugetlb here) are
+//!   skipped, and the container runs, as under runc.
+//! - An empty SecurityProfile is RuntimeDefault (seccomp mode 2); a
+//!   Localhost profile in the Docker form blocks what it names.
+//! - `rshared` mounts propagate both ways, `rslave` host to container only.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::ctr::{app_image, ccfg, create, create_start, pod_config, stop_remove_pod};
+use common::pod::*;
+use husk::api::cri::*;
+
+async fn exec(h: &common::server::Husk, id: &str, cmd: &[&str]) -> (i32, String) {
+    let r = h
+        .runtime()
+        .await
+        .exec_sync(ExecSyncRequest {
+            container_id: id.into(),
+            cmd: cmd.iter().map(|s| s.to_string()).collect(),
+            timeout: 10,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    (
+        r.exit_code,
+        String::from_utf8_lossy(&r.stdout).into_owned() + &String::from_utf8_lossy(&r.stderr),
+    )
+}
+
+fn security(c: &mut ContainerConfig) -> &mut LinuxContainerSecurityContext {
+    c.linux
+        .as_mut()
+        .unwrap()
+        .security_context
+        .get_or_insert_with(Default::default)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hostnames_and_run_as_group() {
+    if !common::require_root() {
+        return;
+    }
+    let p = setup(vec![]).await;
+    let image = app_image(&p).await;
+
+    // No hostname: the node's, in the UTS namespace and /etc/hostname.
+    let mut pc = pod_config(&p, "nohost");
+    pc.hostname.clear();
+    let pod = run(&p.h, pc.clone()).await.unwrap();
+    let id = create_start(
+        &p.h,
+        &pod,
+        &pc,
+        ccfg(&image, "c", &["/bin/sleep", "600"], &[]),
+    )
+    .await;
+    let node = rustix::system::uname()
+        .nodename()
+        .to_string_lossy()
+        .into_owned();
+    assert_eq!(
+        exec(&p.h, &id, &["hostname"]).await,
+        (0, format!("{node}\n"))
+    );
+    assert_eq!(
+        exec(&p.h, &id, &["cat", "/etc/hostname"]).await,
+        (0, format!("{node}\n"))
+    );
+
+    // RunAsGroup without a user, on a container.
+    let mut c = ccfg(&image, "grp", &["/bin/sleep", "600"], &[]);
+    security(&mut c).run_as_group = Some(Int64Value { value: 1000 });
+    let e =
+        p.h.runtime()
+            .await
+            .create_container(CreateContainerRequest {
+                pod_sandbox_id: pod.clone(),
+                config: Some(c),
+                sandbox_config: Some(pc.clone()),
+            })
+            .await
+            .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    assert!(e.message().contains("run_as_group"), "{e:?}");
+    stop_remove_pod(&p.h, &pod).await;
+
+    // Hostnames the kernel or resolvers would refuse, and RunAsGroup
+    // without a user on a pod: refused before anything is made.
+    let long = "h".repeat(64);
+    for bad in [long.as_str(), "under_score", "-lead"] {
+        let mut pc = pod_config(&p, "badhost");
+        pc.hostname = bad.into();
+        let e = run(&p.h, pc).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{bad}: {e:?}");
+        assert!(e.message().contains("hostname"), "{e:?}");
+    }
+    let mut pc = pod_config(&p, "grp-pod");
+    pc.linux.as_mut().unwrap().security_context = Some(LinuxSandboxSecurityContext {
+        run_as_group: Some(Int64Value { value: 5 }),
+        ..Default::default()
+    });
+    let e = run(&p.h, pc).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    assert!(leftovers(&p).is_empty(), "{:?}", leftovers(&p));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hugepage_limits_without_hugetlb_and_seccomp_profiles() {
+    if !common::require_root() {
+        return;
+    }
+    let p = setup(vec![]).await;
+    let image = app_image(&p).await;
+    let pc = pod_config(&p, "limits");
+    let pod = run(&p.h, pc.clone()).await.unwrap();
+
+    // What the kubelet sends on every node: a hugepage limit per page size.
+    let mut c = ccfg(&image, "huge", &["/bin/sleep", "600"], &[]);
+    c.linux.as_mut().unwrap().resources = Some(LinuxContainerResources {
+        cpu_shares: 2,
+        memory_limit_in_bytes: 64 << 20,
+        hugepage_limits: vec![HugepageLimit {
+            page_size: "2MB".into(),
+            limit: 0,
+        }],
+        ..Default::default()
+    });
+    let huge = create_start(&p.h, &pod, &pc, c).await;
+    assert_eq!(exec(&p.h, &huge, &["true"]).await.0, 0);
+    let hugetlb = husk::container::cgroups::Layout::host().has("hugetlb");
+    if !hugetlb {
+        assert!(
+            p.h.log().contains("no hugetlb cgroup controller"),
+            "the skip is logged"
+        );
+    }
+
+    // An empty profile is RuntimeDefault (the enum's zero), not unconfined.
+    let mut c = ccfg(&image, "default", &["/bin/sleep", "600"], &[]);
+    security(&mut c).seccomp = Some(SecurityProfile::default());
+    let id = create_start(&p.h, &pod, &pc, c).await;
+    let (_, out) = exec(&p.h, &id, &["grep", "Seccomp:", "/proc/self/status"]).await;
+    assert!(out.contains('2'), "{out}");
+
+    // No profile at all: unconfined.
+    let id = create_start(
+        &p.h,
+        &pod,
+        &pc,
+        ccfg(&image, "none", &["/bin/sleep", "600"], &[]),
+    )
+    .await;
+    let (_, out) = exec(&p.h, &id, &["grep", "Seccomp:", "/proc/self/status"]).await;
+    assert!(out.contains('0'), "{out}");
+
+    // A Localhost profile as critest writes it (Docker form, no errnoRet).
+    let dir = tempfile::tempdir().unwrap();
+    let profile = dir.path().join("block-chmod.json");
+    std::fs::write(
+        &profile,
+        r#"{"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [{"names": ["chmod", "fchmodat", "fchmodat2"], "action": "SCMP_ACT_ERRNO"}]}"#,
+    )
+    .unwrap();
+    let mut c = ccfg(&image, "local", &["/bin/sleep", "600"], &[]);
+    security(&mut c).seccomp = Some(SecurityProfile {
+        profile_type: security_profile::ProfileType::Localhost as i32,
+        localhost_ref: profile.display().to_string(),
+    });
+    let id = create_start(&p.h, &pod, &pc, c).await;
+    let (code, out) = exec(&p.h, &id, &["chmod", "400", "/"]).await;
+    assert_ne!(code, 0);
+    assert!(out.contains("Operation not permitted"), "{out}");
+
+    // A profile that blocks sethostname, with CAP_SYS_ADMIN granted.
+    let block = dir.path().join("block-hostname.json");
+    std::fs::write(
+        &block,
+        r#"{"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [{"names": ["sethostname"], "action": "SCMP_ACT_ERRNO"}]}"#,
+    )
+    .unwrap();
+    let mut c = ccfg(&image, "nohostname", &["/bin/sleep", "600"], &[]);
+    let sc = security(&mut c);
+    sc.capabilities = Some(Capability {
+        add_capabilities: vec!["SYS_ADMIN".into()],
+        ..Default::default()
+    });
+    sc.seccomp = Some(SecurityProfile {
+        profile_type: security_profile::ProfileType::Localhost as i32,
+        localhost_ref: block.display().to_string(),
+    });
+    let id = create_start(&p.h, &pod, &pc, c).await;
+    let (code, _) = exec(&p.h, &id, &["hostname", "blocked"]).await;
+    assert_ne!(code, 0, "sethostname is blocked by the profile");
+    stop_remove_pod(&p.h, &pod).await;
+    assert!(leftovers(&p).is_empty(), "{:?}", leftovers(&p));
+}
+
+/// Runs `f` and undoes the test mounts whatever happens.
+struct Unmount(Vec<std::path::PathBuf>);
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        for m in self.0.iter().rev() {
+            let _ = rustix::mount::unmount(m, rustix::mount::UnmountFlags::DETACH);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mount_propagation_both_ways() {
+    if !common::require_root() {
+        return;
+    }
+    use rustix::mount::{mount_bind_recursive, mount_change, MountPropagationFlags};
+    let p = setup(vec![]).await;
+    let image = app_image(&p).await;
+    let pc = pod_config(&p, "prop");
+    let pod = run(&p.h, pc.clone()).await.unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut guard = Unmount(Vec::new());
+    for (prop, name, to_container, to_host) in [
+        (
+            MountPropagation::PropagationBidirectional,
+            "shared",
+            true,
+            true,
+        ),
+        (
+            MountPropagation::PropagationHostToContainer,
+            "slave",
+            true,
+            false,
+        ),
+        (
+            MountPropagation::PropagationPrivate,
+            "private",
+            false,
+            false,
+        ),
+    ] {
+        // As critest prepares it: a bind mount of the dir onto itself,
+        // made rshared (or rprivate), and a source for a later host mount.
+        let src = tmp.path().join(name).join("mnt");
+        let host_mnt = src.join("from-host");
+        let flag_dir = tmp.path().join(name).join("flag");
+        std::fs::create_dir_all(&host_mnt).unwrap();
+        std::fs::create_dir_all(&flag_dir).unwrap();
+        std::fs::write(flag_dir.join("flagFile"), "x").unwrap();
+        mount_bind_recursive(&src, &src).unwrap();
+        guard.0.push(src.clone());
+        let flags = if prop == MountPropagation::PropagationPrivate {
+            MountPropagationFlags::PRIVATE | MountPropagationFlags::REC
+        } else {
+            MountPropagationFlags::SHARED | MountPropagationFlags::REC
+        };
+        mount_change(&src, flags).unwrap();
+
+        let mut c = ccfg(&image, name, &["/bin/sleep", "600"], &[]);
+        security(&mut c).privileged = true;
+        c.mounts = vec![Mount {
+            host_path: src.display().to_string(),
+            container_path: src.display().to_string(),
+            propagation: prop as i32,
+            ..Default::default()
+        }];
+        let id = create(&p.h, &pod, &pc, c).await;
+        let st =
+            p.h.runtime()
+                .await
+                .container_status(ContainerStatusRequest {
+                    container_id: id.clone(),
+                    verbose: false,
+                })
+                .await
+                .unwrap()
+                .into_inner()
+                .status
+                .unwrap();
+        assert_eq!(st.mounts[0].propagation, prop as i32);
+        common::ctr::start(&p.h, &id).await;
+
+        // Host → container.
+        mount_bind_recursive(&flag_dir, &host_mnt).unwrap();
+        guard.0.push(host_mnt.clone());
+        let (_, out) = exec(&p.h, &id, &["ls", "-A", host_mnt.to_str().unwrap()]).await;
+        assert_eq!(out.contains("flagFile"), to_container, "{name}: {out}");
+
+        // Container → host.
+        let cmnt = src.join("from-container");
+        let script = format!("mkdir -p {0} && mount --bind /etc {0}", cmnt.display());
+        assert_eq!(exec(&p.h, &id, &["sh", "-c", &script]).await.0, 0);
+        let seen = std::fs::read_dir(&cmnt).map(|d| d.count()).unwrap_or(0) > 0;
+        assert_eq!(seen, to_host, "{name}: container mount seen on the host");
+        if seen {
+            guard.0.push(cmnt);
+        }
+    }
+    stop_remove_pod(&p.h, &pod).await;
+    drop(guard);
+    assert!(leftovers(&p).is_empty(), "{:?}", leftovers(&p));
+
+    // A private source cannot give bidirectional propagation: refused.
+    let pod = run(&p.h, pc.clone()).await.unwrap();
+    let private = tempfile::tempdir().unwrap();
+    let src = private.path().join("m");
+    std::fs::create_dir_all(&src).unwrap();
+    mount_bind_recursive(&src, &src).unwrap();
+    let _g = Unmount(vec![src.clone()]);
+    mount_change(&src, MountPropagationFlags::PRIVATE).unwrap();
+    let mut c = ccfg(&image, "refused", &["/bin/sleep", "600"], &[]);
+    c.mounts = vec![Mount {
+        host_path: src.display().to_string(),
+        container_path: "/m".into(),
+        propagation: MountPropagation::PropagationBidirectional as i32,
+        ..Default::default()
+    }];
+    let e =
+        p.h.runtime()
+            .await
+            .create_container(CreateContainerRequest {
+                pod_sandbox_id: pod.clone(),
+                config: Some(c),
+                sandbox_config: Some(pc.clone()),
+            })
+            .await
+            .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    assert!(e.message().contains("make-rshared"), "{e:?}");
+    stop_remove_pod(&p.h, &pod).await;
+}
