@@ -193,7 +193,10 @@ impl Shim {
         };
         let built = (|| -> Result<i32, String> {
             let stdin = cio.take_stdin()?;
-            let (out, err): (OwnedFd, OwnedFd) = if req.log_path.is_empty() {
+            // Output goes through the shim when it is logged, and when an
+            // attacher may read it (a stdin container, as critest attaches
+            // to, need not have a log).
+            let (out, err): (OwnedFd, OwnedFd) = if req.log_path.is_empty() && !req.stdin {
                 (
                     open_out(stdout)
                         .map_err(|e| format!("open {stdout}: {e}"))?
@@ -208,9 +211,11 @@ impl Shim {
                 } else {
                     req.max_log_line as usize
                 };
-                let w = CriLogWriter::open(Path::new(&req.log_path), max)
-                    .map_err(|e| format!("open log {}: {e}", req.log_path))?;
-                self.logs.insert(id.to_string(), w);
+                if !req.log_path.is_empty() {
+                    let w = CriLogWriter::open(Path::new(&req.log_path), max)
+                        .map_err(|e| format!("open log {}: {e}", req.log_path))?;
+                    self.logs.insert(id.to_string(), w);
+                }
                 let mut ends = Vec::new();
                 for stream in [Stream::Stdout, Stream::Stderr] {
                     let (r, w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
@@ -473,6 +478,13 @@ impl Shim {
                 }
                 e.status = Status::Stopped;
                 e.exit = Some(rec);
+                // Output that never went through the shim has no EOF to
+                // end its attachers: the exit ends them.
+                let id = id.clone();
+                if !self.pipes.iter().any(|(_, p, _)| *p == id) {
+                    self.streams.output_closed(&id, Stream::Stdout);
+                    self.streams.output_closed(&id, Stream::Stderr);
+                }
             }
         }
     }
