@@ -63,6 +63,10 @@ pub struct ContainerRecord {
     pub message: String,
     pub cgroups_path: String,
     pub stop_signal: i32,
+    /// The identity of the first process (absent in records written
+    /// before it was kept).
+    #[serde(default)]
+    pub user: Option<super::user::RecordUser>,
 }
 
 impl ContainerRecord {
@@ -367,6 +371,8 @@ impl ContainerManager {
             &sc.run_as_username,
             sc.run_as_group.map(|g| g.value),
             &sc.supplemental_groups,
+            sc.supplemental_groups_policy
+                == crate::api::cri::SupplementalGroupsPolicy::Strict as i32,
             d.user.as_deref().unwrap_or(""),
             read_in_root(&rootfs, "etc/passwd").as_deref(),
             read_in_root(&rootfs, "etc/group").as_deref(),
@@ -432,6 +438,7 @@ impl ContainerManager {
             state: ContainerState::Created,
             reason: String::new(),
             message: String::new(),
+            user: Some(who.record()),
             cgroups_path: format!("{}/{id}", parent.trim_end_matches('/')),
             stop_signal: d
                 .stop_signal

@@ -6,7 +6,7 @@ pub mod apparmor;
 pub mod cgroups;
 mod exits;
 pub mod manager;
-mod mounts;
+pub mod mounts;
 mod ops;
 pub mod resources;
 pub mod seccomp;

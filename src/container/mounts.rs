@@ -37,6 +37,55 @@ pub fn rootfs_propagation(c: &ContainerConfig) -> Option<&'static str> {
     }
 }
 
+/// Whether the kernel can make a mount read-only recursively
+/// (mount_setattr(2), Linux 5.12).
+pub fn recursive_read_only_supported() -> bool {
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS.get_or_init(|| {
+        // SAFETY: mount_setattr with an invalid fd and a null attr only
+        // probes for the syscall: ENOSYS when missing, another errno when
+        // present.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_mount_setattr,
+                -1,
+                std::ptr::null::<libc::c_char>(),
+                0,
+                std::ptr::null::<libc::c_void>(),
+                0,
+            )
+        };
+        !(r == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS))
+    })
+}
+
+/// A recursive read-only mount must be read-only and private (the CRI,
+/// as containerd checks it).
+pub fn check_recursive_read_only(c: &ContainerConfig) -> Result<(), SpecError> {
+    for m in c.mounts.iter().filter(|m| m.recursive_read_only) {
+        if !m.readonly {
+            return Err(SpecError(format!(
+                "mount {}: recursive_read_only needs readonly",
+                m.container_path
+            )));
+        }
+        if m.propagation != MountPropagation::PropagationPrivate as i32 {
+            return Err(SpecError(format!(
+                "mount {}: recursive_read_only needs private propagation, not {}",
+                m.container_path,
+                propagation(m.propagation)
+            )));
+        }
+        if !recursive_read_only_supported() {
+            return Err(SpecError(format!(
+                "mount {}: recursive_read_only needs mount_setattr(2), which this kernel lacks",
+                m.container_path
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Checks that each mount asking for propagation has a source that can
 /// give it: a shared mount for bidirectional, shared or slave for
 /// host-to-container (containerd refuses the same). `mountinfo` is the
@@ -140,6 +189,9 @@ pub fn mounts(
     for x in &c.mounts {
         let mut opts = vec!["rbind".to_string(), propagation(x.propagation).to_string()];
         opts.push(if x.readonly { "ro" } else { "rw" }.to_string());
+        if x.recursive_read_only {
+            opts.push("rro".to_string());
+        }
         m.push(json!({"destination": x.container_path, "type": "bind", "source": x.host_path, "options": opts}));
     }
     m

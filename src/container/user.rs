@@ -11,6 +11,31 @@ pub struct Identity {
     pub additional_gids: Vec<u32>,
 }
 
+impl Identity {
+    /// As ContainerStatus.user reports it: the primary gid is among the
+    /// supplemental groups, sorted.
+    pub fn record(&self) -> RecordUser {
+        let mut groups: Vec<u32> = self.additional_gids.clone();
+        groups.push(self.gid);
+        groups.sort_unstable();
+        groups.dedup();
+        RecordUser {
+            uid: self.uid,
+            gid: self.gid,
+            supplemental_groups: groups,
+        }
+    }
+}
+
+/// The identity a container's first process started with (recorded for
+/// ContainerStatus.user).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RecordUser {
+    pub uid: u32,
+    pub gid: u32,
+    pub supplemental_groups: Vec<u32>,
+}
+
 struct PasswdEntry {
     name: String,
     uid: u32,
@@ -58,12 +83,14 @@ fn groups(text: &str) -> Vec<(String, u32, Vec<String>)> {
 ///   (`uid`, `name`, `uid:gid`, `name:group`);
 /// - a name must exist in the image's passwd; a bare uid need not;
 /// - the primary gid comes from `run_as_group`, the `:group` part, or passwd;
-/// - supplemental gids: `supplemental`, plus the groups that list the user.
+/// - supplemental gids: `supplemental`, plus (unless `strict`, the CRI's
+///   SupplementalGroupsPolicy Strict) the groups that list the user.
 pub fn resolve(
     run_as_user: Option<i64>,
     run_as_username: &str,
     run_as_group: Option<i64>,
     supplemental: &[i64],
+    strict: bool,
     image_user: &str,
     passwd_text: Option<&str>,
     group_text: Option<&str>,
@@ -125,7 +152,9 @@ pub fn resolve(
                 .map_err(|_| SpecError(format!("supplemental group {g} is out of range")))?,
         );
     }
-    if let Some(n) = name {
+    // Merge (the default) adds the groups the image lists the user in;
+    // Strict keeps only what was asked for.
+    if let Some(n) = name.filter(|_| !strict) {
         for (_, id, members) in &grps {
             if members.contains(&n) && !additional.contains(id) {
                 additional.push(*id);
@@ -153,7 +182,7 @@ mod tests {
     #[test]
     fn resolves_like_containerd() {
         let r = |u: Option<i64>, n: &str, g: Option<i64>, s: &[i64], img: &str| {
-            resolve(u, n, g, s, img, Some(PASSWD), Some(GROUP))
+            resolve(u, n, g, s, false, img, Some(PASSWD), Some(GROUP))
         };
         assert_eq!(
             r(None, "", None, &[], "").expect("root"),
@@ -197,6 +226,18 @@ mod tests {
             }
         );
         assert!(r(None, "nobody-here", None, &[], "").is_err());
+        let strict = resolve(
+            None,
+            "alice",
+            None,
+            &[7],
+            true,
+            "",
+            Some(PASSWD),
+            Some(GROUP),
+        )
+        .expect("strict");
+        assert_eq!(strict.additional_gids, vec![7], "no groups from the image");
         let e = r(None, "", Some(5), &[], "alice").expect_err("group without user");
         assert!(e.0.contains("run_as_group"), "{}", e.0);
         assert!(r(None, "", None, &[], "alice:nogroup").is_err());

@@ -1,5 +1,6 @@
-//! ContainerStatus: state, times in ns, exit code and reason; NotFound for
-//! an unknown id.
+//! ContainerStatus: state, times in ns, exit code and reason, the image ID
+//! and the identity the first process started with; NotFound for an
+//! unknown id.
 
 use crate::api::cri::*;
 use crate::container::manager::{ContainerRecord, ContainerState as S};
@@ -57,6 +58,18 @@ pub(super) fn status_of(r: &ContainerRecord, cfg: Option<&ContainerConfig>) -> C
             ..Default::default()
         }),
         image_ref: r.image_ref.clone(),
+        image_id: r.image_ref.clone(),
+        user: r.user.as_ref().map(|u| ContainerUser {
+            linux: Some(LinuxContainerUser {
+                uid: u.uid.into(),
+                gid: u.gid.into(),
+                supplemental_groups: u
+                    .supplemental_groups
+                    .iter()
+                    .map(|g| i64::from(*g))
+                    .collect(),
+            }),
+        }),
         reason: r.reason.clone(),
         message: r.message.clone(),
         labels: r.labels.clone().into_iter().collect(),

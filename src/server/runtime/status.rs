@@ -1,10 +1,16 @@
-//! Status: the RuntimeReady and NetworkReady conditions.
+//! Status: the RuntimeReady and NetworkReady conditions, and the features
+//! husk has (recursive read-only mounts where the kernel has
+//! mount_setattr(2), SupplementalGroupsPolicy and ContainerUser; no user
+//! namespaces).
 //!
 //! RuntimeReady is true once recovery is done. NetworkReady follows the CNI
 //! config dir: false with reason NetworkPluginNotReady while it holds no
 //! network config, as containerd reports.
 
-use crate::api::cri::{RuntimeCondition, RuntimeStatus, StatusRequest, StatusResponse};
+use crate::api::cri::{
+    RuntimeCondition, RuntimeFeatures, RuntimeHandler, RuntimeHandlerFeatures, RuntimeStatus,
+    StatusRequest, StatusResponse,
+};
 use crate::server::instrument::State;
 use std::collections::HashMap;
 use std::path::Path;
@@ -70,6 +76,16 @@ pub async fn handle(state: &State, req: StatusRequest) -> Result<StatusResponse,
             conditions: vec![runtime, network],
         }),
         info,
-        ..Default::default()
+        runtime_handlers: vec![RuntimeHandler {
+            name: String::new(),
+            features: Some(RuntimeHandlerFeatures {
+                recursive_read_only_mounts: crate::container::mounts::recursive_read_only_supported(
+                ),
+                user_namespaces: false,
+            }),
+        }],
+        features: Some(RuntimeFeatures {
+            supplemental_groups_policy: true,
+        }),
     })
 }
