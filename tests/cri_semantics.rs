@@ -10,6 +10,9 @@
 //! - An empty SecurityProfile is RuntimeDefault (seccomp mode 2); a
 //!   Localhost profile in the Docker form blocks what it names.
 //! - `rshared` mounts propagate both ways, `rslave` host to container only.
+//! - ContainerStatus carries image_id and the first process's user;
+//!   SupplementalGroupsPolicy Strict keeps the image's groups out;
+//!   recursive read-only mounts reach submounts and are checked.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -335,4 +338,140 @@ async fn mount_propagation_both_ways() {
     assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
     assert!(e.message().contains("make-rshared"), "{e:?}");
     stop_remove_pod(&p.h, &pod).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn image_id_user_groups_policy_and_recursive_read_only() {
+    if !common::require_root() {
+        return;
+    }
+    use common::images::*;
+    let p = setup(vec![]).await;
+    // alice (1000) is listed in wheel (10) by the image.
+    let img = Image::with_config(
+        vec![
+            Layer::new(&busybox_entries(), Compression::Gzip),
+            Layer::new(
+                &[
+                    Entry::File(
+                        "etc/passwd".into(),
+                        b"root:x:0:0:root:/root:/bin/sh\nalice:x:1000:1000::/home/alice:/bin/sh\n"
+                            .to_vec(),
+                        0o644,
+                    ),
+                    Entry::File(
+                        "etc/group".into(),
+                        b"root:x:0:\nalice:x:1000:\nwheel:x:10:alice\n".to_vec(),
+                        0o644,
+                    ),
+                ],
+                Compression::Gzip,
+            ),
+        ],
+        "amd64",
+        serde_json::json!({"Entrypoint": ["/bin/sh", "-c"], "Env": ["PATH=/bin"], "User": "1000"}),
+    );
+    Pusher::new(&p.reg)
+        .image("app/groups", "v1", &img, Format::Oci)
+        .await;
+    let image = format!("{}/app/groups:v1", p.reg.host());
+    let image_id = p.h.pull(&image).await.unwrap();
+
+    let st =
+        p.h.runtime()
+            .await
+            .status(StatusRequest { verbose: false })
+            .await
+            .unwrap()
+            .into_inner();
+    assert!(st.features.unwrap().supplemental_groups_policy);
+    let handler = &st.runtime_handlers[0];
+    assert_eq!(handler.name, "");
+    let rro = handler
+        .features
+        .as_ref()
+        .unwrap()
+        .recursive_read_only_mounts;
+    assert!(!handler.features.as_ref().unwrap().user_namespaces);
+
+    let pc = pod_config(&p, "groups");
+    let pod = run(&p.h, pc.clone()).await.unwrap();
+    for (policy, want) in [
+        (SupplementalGroupsPolicy::Merge, vec![10, 1000, 1234]),
+        (SupplementalGroupsPolicy::Strict, vec![1000, 1234]),
+    ] {
+        let mut c = ccfg(&image, &format!("{policy:?}"), &["/bin/sleep", "600"], &[]);
+        let sc = security(&mut c);
+        sc.supplemental_groups = vec![1234];
+        sc.supplemental_groups_policy = policy as i32;
+        let id = create_start(&p.h, &pod, &pc, c).await;
+        let st = common::ctr::container_status(&p.h, &id).await;
+        assert_eq!(st.image_id, image_id, "image_id is the image's ID");
+        let u = st.user.unwrap().linux.unwrap();
+        assert_eq!((u.uid, u.gid), (1000, 1000));
+        assert_eq!(u.supplemental_groups, want, "{policy:?}");
+        let (_, out) = exec(&p.h, &id, &["id", "-G"]).await;
+        let mut got: Vec<i64> = out.split_whitespace().map(|g| g.parse().unwrap()).collect();
+        got.sort_unstable();
+        assert_eq!(got, want, "{policy:?}: groups of an exec");
+    }
+
+    // Read-only mounts: plain ones leave submounts writable, recursive ones
+    // do not; a recursive one must be read-only and private.
+    let host = tempfile::tempdir().unwrap();
+    let sub = host.path().join("tmpfs");
+    std::fs::create_dir_all(&sub).unwrap();
+    rustix::mount::mount(
+        "tmpfs",
+        &sub,
+        "tmpfs",
+        rustix::mount::MountFlags::empty(),
+        None,
+    )
+    .unwrap();
+    let _g = Unmount(vec![sub.clone()]);
+    let mount = |recursive: bool, readonly: bool, prop: MountPropagation| Mount {
+        host_path: host.path().display().to_string(),
+        container_path: "/mnt".into(),
+        readonly,
+        recursive_read_only: recursive,
+        propagation: prop as i32,
+        ..Default::default()
+    };
+    let mut c = ccfg(&image, "ro", &["/bin/sleep", "600"], &[]);
+    security(&mut c).run_as_user = Some(Int64Value { value: 0 });
+    c.mounts = vec![mount(false, true, MountPropagation::PropagationPrivate)];
+    let id = create_start(&p.h, &pod, &pc, c.clone()).await;
+    assert_eq!(exec(&p.h, &id, &["touch", "/mnt/tmpfs/plain"]).await.0, 0);
+    assert_ne!(exec(&p.h, &id, &["touch", "/mnt/top"]).await.0, 0);
+    if rro {
+        c.metadata.as_mut().unwrap().name = "rro".into();
+        c.mounts = vec![mount(true, true, MountPropagation::PropagationPrivate)];
+        let id = create_start(&p.h, &pod, &pc, c.clone()).await;
+        let (code, out) = exec(&p.h, &id, &["touch", "/mnt/tmpfs/recursive"]).await;
+        assert_ne!(code, 0);
+        assert!(out.contains("Read-only file system"), "{out}");
+    }
+    for bad in [
+        mount(true, false, MountPropagation::PropagationPrivate),
+        mount(true, true, MountPropagation::PropagationHostToContainer),
+        mount(true, true, MountPropagation::PropagationBidirectional),
+    ] {
+        c.metadata.as_mut().unwrap().name = "bad".into();
+        c.mounts = vec![bad];
+        let e =
+            p.h.runtime()
+                .await
+                .create_container(CreateContainerRequest {
+                    pod_sandbox_id: pod.clone(),
+                    config: Some(c.clone()),
+                    sandbox_config: Some(pc.clone()),
+                })
+                .await
+                .unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+        assert!(e.message().contains("recursive_read_only"), "{e:?}");
+    }
+    stop_remove_pod(&p.h, &pod).await;
+    assert!(leftovers(&p).is_empty(), "{:?}", leftovers(&p));
 }

@@ -403,6 +403,13 @@ impl ContainerManager {
                 "the pod has no pause process to share a PID namespace with".into(),
             ));
         }
+        super::mounts::check_recursive_read_only(c)
+            .map_err(|SpecError(m)| SandboxError::Invalid(m))?;
+        if c.mounts.iter().any(|m| m.propagation != 0) {
+            let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+            super::mounts::check_propagation(c, &mountinfo)
+                .map_err(|SpecError(m)| SandboxError::Invalid(m))?;
+        }
         let spec = spec::build(id, c, &img, &who, &ctx)
             .map_err(|SpecError(m)| SandboxError::Invalid(m))?;
         atomic::write_json(&dir.join("config.json"), &spec)
