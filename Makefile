@@ -1,5 +1,5 @@
 # husk: common tasks. Every target installs what it needs first.
-.PHONY: setup build test demo bench-pull bench-sandbox bench-containers bench-exec bench-stream lint
+.PHONY: setup build test demo bench-pull bench-sandbox bench-containers bench-exec bench-stream bench-rpc lint
 
 setup:
 	bash packaging/setup-dev.sh
@@ -39,3 +39,7 @@ bench-exec: build
 # Streaming: ExecSync and streaming exec of `true`, port-forward MB/s.
 bench-stream: build
 	OPS=stream ITERATIONS=$${ITERATIONS:-30} bash packaging/bench-sandbox.sh
+# The transport: Version and ListPodSandbox round trips (what every RPC pays
+# for the socket, HTTP/2 front and gRPC layers).
+bench-rpc: build
+	OPS=rpc ITERATIONS=$${ITERATIONS:-2000} bash packaging/bench-sandbox.sh

@@ -22,11 +22,25 @@ done
 if ((${#missing[@]})); then
   echo "setup: installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
+  # containerd and docker-registry would start their Debian services on
+  # install. Nothing here needs them (the tests and benchmarks start their
+  # own, on their own sockets and ports), and stopping a daemon afterwards
+  # could take down a node's runtime: keep the install from starting any
+  # service instead (policy-rc.d, as Debian's chroot builders do), and never
+  # stop what this script did not start.
+  policy=/usr/sbin/policy-rc.d
+  own_policy=
+  if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\nexit 101\n' >"$policy"
+    chmod 755 "$policy"
+    own_policy=1
+  fi
+  trap '[ -n "$own_policy" ] && rm -f "$policy"' EXIT
   apt-get update -q
   apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
-command -v cargo >/dev/null || { echo "setup: cargo (a Rust toolchain) is required" >&2; exit 1; }
-# The Debian packages may start daemons we do not want sharing the machine.
-pkill -x containerd 2>/dev/null || true
-pkill -f 'docker-registry serve /etc/docker/registry' 2>/dev/null || true
+command -v cargo >/dev/null || {
+  echo "setup: cargo (a Rust toolchain) is required: install rustup's stable toolchain first" >&2
+  exit 1
+}
 exit 0

@@ -249,7 +249,12 @@ impl Config {
 
     /// The documented default config, as printed by `husk config default`.
     pub fn default_toml() -> String {
-        let d = Config::default();
+        Config::default().to_toml()
+    }
+
+    /// This config as documented TOML (every key, with its comment).
+    pub fn to_toml(&self) -> String {
+        let d = self;
         let bins: Vec<String> = d
             .cni
             .bin_dirs
@@ -296,8 +301,8 @@ driver = {driver:?}
 # port (the Exec, Attach and PortForward RPCs return its URLs).
 address = {saddr:?}
 # PEM certificate and key to serve https; empty: plain http.
-tls_cert = ""
-tls_key = ""
+tls_cert = {tls_cert:?}
+tls_key = {tls_key:?}
 # Seconds a streaming URL may wait to be used (it is used once).
 token_ttl_secs = {ttl}
 "#,
@@ -315,6 +320,8 @@ token_ttl_secs = {ttl}
             driver = d.cgroup.driver,
             saddr = d.streaming.address,
             ttl = d.streaming.token_ttl_secs,
+            tls_cert = d.streaming.tls_cert,
+            tls_key = d.streaming.tls_key,
         )
     }
 }

@@ -1,4 +1,4 @@
-//! The `husk` binary: `serve`, `images`, `kubelet`, `run`, `bench`, `config`.
+//! The `husk` binary: `serve`, `check`, `images`, `kubelet`, `run`, `bench`, `config`.
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
@@ -18,40 +18,41 @@ struct Cli {
 
 #[derive(clap::Args, Debug, Default)]
 struct ServeFlags {
-    /// Config file (a missing default file means built-in defaults).
+    /// Config file; flags override it [default: /etc/husk/config.toml; a
+    /// missing default file means built-in defaults].
     #[arg(long)]
     config: Option<PathBuf>,
-    /// Persistent state directory.
+    /// Persistent state directory [default: /var/lib/husk].
     #[arg(long)]
     root: Option<PathBuf>,
-    /// Volatile state directory.
+    /// Volatile state directory [default: /run/husk].
     #[arg(long)]
     state: Option<PathBuf>,
-    /// The CRI unix socket.
+    /// The CRI unix socket [default: /run/husk/husk.sock].
     #[arg(long)]
     listen: Option<PathBuf>,
-    /// hosts.toml directory (containerd's certs.d layout).
+    /// hosts.toml directory, containerd's certs.d layout [default: /etc/husk/certs.d].
     #[arg(long)]
     registry_config_dir: Option<PathBuf>,
-    /// CNI network config directory.
+    /// CNI network config directory [default: /etc/cni/net.d].
     #[arg(long)]
     cni_conf_dir: Option<PathBuf>,
-    /// CNI plugin directories, colon-separated.
+    /// CNI plugin directories, colon-separated [default: /opt/cni/bin:/usr/lib/cni].
     #[arg(long)]
     cni_bin_dir: Option<String>,
-    /// The pause image.
+    /// The pause image [default: registry.k8s.io/pause:3.10].
     #[arg(long)]
     sandbox_image: Option<String>,
-    /// trace|debug|info|warn|error
+    /// trace|debug|info|warn|error [default: info]
     #[arg(long)]
     log_level: Option<String>,
-    /// text|json
+    /// text|json [default: text]
     #[arg(long)]
     log_format: Option<String>,
-    /// Streaming server ip:port (port 0: random).
+    /// Streaming server ip:port, port 0 for a random one [default: 127.0.0.1:0].
     #[arg(long)]
     streaming_address: Option<String>,
-    /// Seconds a streaming URL stays valid.
+    /// Seconds a streaming URL stays valid [default: 60].
     #[arg(long)]
     streaming_token_ttl: Option<u64>,
 }
@@ -60,6 +61,15 @@ struct ServeFlags {
 enum Cmd {
     /// Serve CRI v1 on a unix socket.
     Serve(ServeFlags),
+    /// Preflight: what this host gives husk, one line per check with the
+    /// fix (exit 0 ok, 1 warnings, 2 failures).
+    Check {
+        #[command(flatten)]
+        flags: ServeFlags,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
     /// Manage images on a running runtime.
     Images {
         /// Runtime endpoint.
@@ -220,6 +230,13 @@ enum ImagesCmd {
 enum ConfigCmd {
     /// Print the whole default config as documented TOML.
     Default,
+    /// Print a husk config carrying over what maps from a containerd
+    /// config.toml, listing what cannot be carried and why.
+    ImportContainerd {
+        /// containerd's config file.
+        #[arg(default_value = husk::cli::config_import::DEFAULT_CONTAINERD_CONFIG)]
+        file: PathBuf,
+    },
 }
 
 /// Config file + flags, validated; errors are one line, exit code 2.
@@ -329,6 +346,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             husk::sys::limit_malloc_arenas();
             runtime()?.block_on(husk::server::serve(cfg))
         }
+        Cmd::Check { flags, json } => {
+            let cfg = load_config(&flags)?;
+            let checks = runtime()?.block_on(husk::cli::check::run_all(&cfg));
+            std::process::exit(husk::cli::check::report(&checks, json));
+        }
         Cmd::Bench {
             endpoint,
             vs,
@@ -401,6 +423,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             cmd: ConfigCmd::Default,
         } => {
             print!("{}", Config::default_toml());
+            Ok(())
+        }
+        Cmd::Config {
+            cmd: ConfigCmd::ImportContainerd { file },
+        } => {
+            let imported = husk::cli::config_import::import(&file)?;
+            print!("{}", imported.render(&file));
             Ok(())
         }
         Cmd::Images { endpoint, cmd } => {

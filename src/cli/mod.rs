@@ -1,11 +1,12 @@
 //! Client-side commands: they talk to a running runtime over its socket.
 
+pub mod check;
+pub mod config_import;
 pub mod images;
 pub mod kubelet;
 pub mod run;
 pub mod stream;
 
-use anyhow::Context as _;
 use tonic::transport::{Channel, Endpoint};
 
 /// The default runtime endpoint.
@@ -29,5 +30,13 @@ pub async fn connect(endpoint: &str) -> anyhow::Result<Channel> {
             }
         }))
         .await
-        .with_context(|| format!("connect to {endpoint}"))
+        .map_err(|e| {
+            // tonic's error repeats its source in its own text; name the
+            // innermost cause once.
+            let mut cause: &dyn std::error::Error = &e;
+            while let Some(next) = cause.source() {
+                cause = next;
+            }
+            anyhow::anyhow!("connect to {endpoint}: {cause}")
+        })
 }

@@ -1,0 +1,588 @@
+//! `husk check`: the preflight a node operator runs before pointing the
+//! kubelet at husk. One line per check (ok / warn / fail, and the fix), or
+//! JSON with `--json`; the exit code is 0 when all is ok, 1 with warnings,
+//! 2 with failures.
+//!
+//! It reads the host as `husk serve` would with the same config and flags:
+//! the kernel and overlayfs, the cgroup layout and every controller the
+//! kubelet may ask for (and what husk does without it), CAP_SYS_RESOURCE,
+//! the root directory's filesystem (an overlay mount is tried there), the
+//! CNI config and the plugins its first network names, the sandbox image,
+//! the socket, seccomp and AppArmor. It changes nothing it does not undo.
+
+use crate::config::Config;
+use crate::container::cgroups::Layout;
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+
+/// How a check came out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, PartialOrd, Ord)]
+#[serde(rename_all = "lowercase")]
+pub enum Level {
+    Ok,
+    Warn,
+    Fail,
+}
+
+/// One line of the report.
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    pub check: String,
+    pub status: Level,
+    pub message: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub fix: String,
+}
+
+fn check(name: &str, status: Level, message: impl Into<String>, fix: impl Into<String>) -> Check {
+    Check {
+        check: name.into(),
+        status,
+        message: message.into(),
+        fix: fix.into(),
+    }
+}
+
+/// Runs every check against `cfg`.
+pub async fn run_all(cfg: &Config) -> Vec<Check> {
+    let mut out = vec![kernel(), overlay_support()];
+    out.extend(cgroups(Layout::host()));
+    out.push(sys_resource());
+    out.push(root_fs(&cfg.root));
+    out.extend(cni(&cfg.cni.conf_dir, &cfg.cni.bin_dirs));
+    out.push(sandbox_image(cfg).await);
+    out.push(socket(&cfg.listen).await);
+    out.push(seccomp());
+    out.push(apparmor());
+    out
+}
+
+/// Prints the report; returns the exit code.
+pub fn report(checks: &[Check], json: bool) -> i32 {
+    if json {
+        let v = serde_json::json!({ "checks": checks, "status": worst(checks) });
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+    } else {
+        for c in checks {
+            let tag = match c.status {
+                Level::Ok => "ok  ",
+                Level::Warn => "warn",
+                Level::Fail => "FAIL",
+            };
+            let fix = if c.fix.is_empty() {
+                String::new()
+            } else {
+                format!(" (fix: {})", c.fix)
+            };
+            println!("{tag}  {:<22} {}{fix}", c.check, c.message);
+        }
+    }
+    match worst(checks) {
+        Level::Ok => 0,
+        Level::Warn => 1,
+        Level::Fail => 2,
+    }
+}
+
+fn worst(checks: &[Check]) -> Level {
+    checks.iter().map(|c| c.status).max().unwrap_or(Level::Ok)
+}
+
+fn kernel() -> Check {
+    let u = rustix::system::uname();
+    let release = u.release().to_string_lossy().into_owned();
+    let mut parts = release
+        .split(['.', '-'])
+        .filter_map(|p| p.parse::<u32>().ok());
+    let v = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    if v >= (5, 4) {
+        check("kernel", Level::Ok, format!("Linux {release}"), "")
+    } else if v >= (4, 15) {
+        check(
+            "kernel",
+            Level::Warn,
+            format!("Linux {release}: older than 5.4, some features are missing"),
+            "run a 5.4 or newer kernel",
+        )
+    } else {
+        check(
+            "kernel",
+            Level::Fail,
+            format!("Linux {release} is too old for overlayfs and cgroup features husk uses"),
+            "run a 5.4 or newer kernel",
+        )
+    }
+}
+
+fn overlay_support() -> Check {
+    let fs = std::fs::read_to_string("/proc/filesystems").unwrap_or_default();
+    if fs
+        .lines()
+        .any(|l| l.split_whitespace().last() == Some("overlay"))
+    {
+        check("overlayfs", Level::Ok, "overlay is available", "")
+    } else {
+        check(
+            "overlayfs",
+            Level::Fail,
+            "the kernel has no overlay file system",
+            "modprobe overlay (and add it to /etc/modules-load.d)",
+        )
+    }
+}
+
+/// The controllers the kubelet may ask for, whether each is required, and
+/// what husk does without it.
+const CONTROLLERS: [(&str, bool, &str); 7] = [
+    ("cpu", true, "CPU shares and quotas cannot be set"),
+    (
+        "memory",
+        true,
+        "memory limits and OOM reporting cannot work",
+    ),
+    ("pids", false, "pod PID limits are not enforced"),
+    ("cpuset", false, "cpuset limits are skipped (logged once)"),
+    (
+        "hugetlb",
+        false,
+        "hugepage limits are skipped (logged once), as runc does",
+    ),
+    (
+        "devices",
+        false,
+        "device rules are not enforced by a cgroup",
+    ),
+    ("freezer", false, "containers cannot be frozen"),
+];
+
+fn cgroups(layout: &Layout) -> Vec<Check> {
+    let mut out = vec![check(
+        "cgroups",
+        Level::Ok,
+        if layout.is_v2() {
+            "cgroup v2 (unified)"
+        } else {
+            "cgroup v1 (each controller mounted on its own)"
+        },
+        "",
+    )];
+    for (name, required, without) in CONTROLLERS {
+        // v2 has no devices or freezer controllers: eBPF and cgroup.freeze
+        // take their place.
+        if layout.is_v2() && matches!(name, "devices" | "freezer") {
+            continue;
+        }
+        let label = format!("cgroup {name}");
+        out.push(if layout.has(name) {
+            check(&label, Level::Ok, "present", "")
+        } else if required {
+            check(
+                &label,
+                Level::Fail,
+                format!("missing: {without}"),
+                format!("enable the {name} controller (kernel config or cgroup_enable={name})"),
+            )
+        } else {
+            check(
+                &label,
+                Level::Warn,
+                format!("missing: {without}"),
+                format!("enable the {name} controller to have them enforced"),
+            )
+        });
+    }
+    out
+}
+
+/// Whether bit `cap` is set in this process's effective capabilities.
+fn has_capability(cap: u32) -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .and_then(|h| u64::from_str_radix(h.trim(), 16).ok())
+        })
+        .is_some_and(|mask| mask & (1 << cap) != 0)
+}
+
+fn sys_resource() -> Check {
+    if has_capability(24) {
+        check(
+            "CAP_SYS_RESOURCE",
+            Level::Ok,
+            "held: oom_score_adj can be set as asked",
+            "",
+        )
+    } else {
+        check(
+            "CAP_SYS_RESOURCE",
+            Level::Warn,
+            "not held: oom_score_adj cannot go below its current value; husk clamps it",
+            "run husk with CAP_SYS_RESOURCE (outside a restricted container)",
+        )
+    }
+}
+
+/// The nearest existing ancestor of `p`.
+fn existing(p: &Path) -> PathBuf {
+    let mut p = p.to_path_buf();
+    while !p.exists() {
+        if !p.pop() {
+            return PathBuf::from("/");
+        }
+    }
+    p
+}
+
+/// Tries an overlay mount in a scratch dir under the root (upper and work
+/// dirs must be on the root's file system, with d_type).
+fn root_fs(root: &Path) -> Check {
+    let base = existing(root);
+    let scratch = match tempfile::Builder::new()
+        .prefix(".husk-check-")
+        .tempdir_in(&base)
+    {
+        Ok(d) => d,
+        Err(e) => {
+            return check(
+                "root filesystem",
+                Level::Fail,
+                format!("cannot write under {}: {e}", base.display()),
+                format!("make {} writable by root", root.display()),
+            )
+        }
+    };
+    let d = scratch.path();
+    let dirs = ["lower", "upper", "work", "merged"].map(|n| d.join(n));
+    for x in &dirs {
+        if let Err(e) = std::fs::create_dir(x) {
+            return check(
+                "root filesystem",
+                Level::Fail,
+                format!("{}: {e}", x.display()),
+                "",
+            );
+        }
+    }
+    let _ = std::fs::write(dirs[0].join("probe"), b"x");
+    let opts = format!(
+        "lowerdir={},upperdir={},workdir={}",
+        dirs[0].display(),
+        dirs[1].display(),
+        dirs[2].display()
+    );
+    let mounted = rustix::mount::mount(
+        "overlay",
+        &dirs[3],
+        "overlay",
+        rustix::mount::MountFlags::empty(),
+        Some(std::ffi::CString::new(opts).unwrap_or_default().as_c_str()),
+    );
+    let result = match mounted {
+        Ok(()) => {
+            let wrote = std::fs::write(dirs[3].join("probe"), b"y").is_ok();
+            let _ = rustix::mount::unmount(&dirs[3], rustix::mount::UnmountFlags::DETACH);
+            if wrote {
+                check(
+                    "root filesystem",
+                    Level::Ok,
+                    format!("{}: overlay upper and work dirs work there", base.display()),
+                    "",
+                )
+            } else {
+                check(
+                    "root filesystem",
+                    Level::Fail,
+                    format!("{}: an overlay on it mounts but cannot be written", base.display()),
+                    "put the root on ext4 or xfs (ftype=1)",
+                )
+            }
+        }
+        Err(e) => check(
+            "root filesystem",
+            Level::Fail,
+            format!("{}: an overlay with its upper dir there fails: {e}", base.display()),
+            "put the root on ext4 or xfs with ftype=1 (d_type), not on overlay, tmpfs without xattrs or NFS",
+        ),
+    };
+    drop(scratch);
+    result
+}
+
+/// The CNI config dir and the plugins its first network names.
+fn cni(conf_dir: &Path, bin_dirs: &[PathBuf]) -> Vec<Check> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(conf_dir)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.path())
+                .filter(|p| {
+                    matches!(
+                        p.extension().and_then(|x| x.to_str()),
+                        Some("conf" | "conflist" | "json")
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    files.sort();
+    let Some(first) = files.first() else {
+        return vec![check(
+            "CNI config",
+            Level::Fail,
+            format!("no network config in {}: pods cannot start (NetworkReady=false)", conf_dir.display()),
+            format!(
+                "install a conflist there (husk's default: /usr/share/husk/10-husk.conflist) or your cluster's network add-on"
+            ),
+        )];
+    };
+    let v: serde_json::Value = match std::fs::read(first)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+    {
+        Some(v) => v,
+        None => {
+            return vec![check(
+                "CNI config",
+                Level::Fail,
+                format!("{} is not valid JSON", first.display()),
+                "fix or remove it",
+            )]
+        }
+    };
+    let plugins: Vec<String> = match v.get("plugins").and_then(|p| p.as_array()) {
+        Some(a) => a
+            .iter()
+            .filter_map(|p| p.get("type").and_then(|t| t.as_str()).map(str::to_string))
+            .collect(),
+        None => v
+            .get("type")
+            .and_then(|t| t.as_str())
+            .map(|t| vec![t.to_string()])
+            .unwrap_or_default(),
+    };
+    let name = v.get("name").and_then(|n| n.as_str()).unwrap_or("?");
+    let mut out = vec![check(
+        "CNI config",
+        Level::Ok,
+        format!("{} (network {name:?})", first.display()),
+        "",
+    )];
+    for p in plugins {
+        let found = bin_dirs.iter().map(|d| d.join(&p)).find(|f| f.is_file());
+        out.push(match found {
+            Some(f) => check(
+                &format!("CNI plugin {p}"),
+                Level::Ok,
+                f.display().to_string(),
+                "",
+            ),
+            None => check(
+                &format!("CNI plugin {p}"),
+                Level::Fail,
+                format!(
+                    "not in {}",
+                    bin_dirs
+                        .iter()
+                        .map(|d| d.display().to_string())
+                        .collect::<Vec<_>>()
+                        .join(":")
+                ),
+                "apt-get install containernetworking-plugins, or set cni.bin_dirs",
+            ),
+        });
+    }
+    out
+}
+
+/// Present in husk's store, or pullable through the configured hosts.
+async fn sandbox_image(cfg: &Config) -> Check {
+    use crate::image::reference::Reference;
+    let name = &cfg.sandbox_image;
+    let r = match Reference::parse(name) {
+        Ok(r) => r,
+        Err(e) => {
+            return check(
+                "sandbox image",
+                Level::Fail,
+                format!("{name}: {e}"),
+                "set sandbox_image to a valid reference",
+            )
+        }
+    };
+    let want = r.to_string();
+    let present = std::fs::read_dir(cfg.root.join("images"))
+        .map(|rd| {
+            rd.flatten().any(|e| {
+                std::fs::read(e.path())
+                    .ok()
+                    .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+                    .and_then(|v| v.get("repo_tags").cloned())
+                    .and_then(|t| t.as_array().cloned())
+                    .is_some_and(|tags| tags.iter().any(|t| t.as_str() == Some(want.as_str())))
+            })
+        })
+        .unwrap_or(false);
+    if present {
+        return check(
+            "sandbox image",
+            Level::Ok,
+            format!("{want} is in the image store"),
+            "",
+        );
+    }
+    let client = crate::image::registry::RegistryClient::new(cfg.registry.config_dir.clone());
+    let creds = crate::image::auth::Credentials::default();
+    let fetched = tokio::time::timeout(
+        std::time::Duration::from_secs(15),
+        client.fetch_manifest(&r, r.object(), &creds),
+    )
+    .await;
+    match fetched {
+        Ok(Ok(_)) => check(
+            "sandbox image",
+            Level::Ok,
+            format!("{want} is not pulled yet, and its registry answers"),
+            "",
+        ),
+        Ok(Err(e)) => check(
+            "sandbox image",
+            Level::Fail,
+            format!("{want} is not pulled and cannot be: {e}"),
+            format!(
+                "add a mirror in {}/<registry>/hosts.toml, or `husk images import` it",
+                cfg.registry.config_dir.display()
+            ),
+        ),
+        Err(_) => check(
+            "sandbox image",
+            Level::Fail,
+            format!("{want} is not pulled and its registry did not answer in 15 s"),
+            format!(
+                "add a reachable mirror in {}/<registry>/hosts.toml, or `husk images import` it",
+                cfg.registry.config_dir.display()
+            ),
+        ),
+    }
+}
+
+/// Free, a stale file, a live husk, or another runtime.
+async fn socket(path: &Path) -> Check {
+    if !path.exists() {
+        return check(
+            "socket",
+            Level::Ok,
+            format!("{} is free", path.display()),
+            "",
+        );
+    }
+    let ep = format!("unix://{}", path.display());
+    let answer = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+        let ch = super::connect(&ep).await?;
+        let v = crate::api::cri::runtime_service_client::RuntimeServiceClient::new(ch)
+            .version(crate::api::cri::VersionRequest::default())
+            .await?
+            .into_inner();
+        anyhow::Ok((v.runtime_name, v.runtime_version))
+    })
+    .await;
+    match answer {
+        Ok(Ok((name, version))) if name == "husk" => check(
+            "socket",
+            Level::Ok,
+            format!("{}: husk {version} is serving", path.display()),
+            "",
+        ),
+        Ok(Ok((name, version))) => check(
+            "socket",
+            Level::Fail,
+            format!("{}: {name} {version} is serving there", path.display()),
+            "stop the other runtime, or give husk another listen path",
+        ),
+        _ => check(
+            "socket",
+            Level::Ok,
+            format!("{}: a stale socket; husk serve replaces it", path.display()),
+            "",
+        ),
+    }
+}
+
+fn seccomp() -> Check {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    if status.lines().any(|l| l.starts_with("Seccomp:")) {
+        check(
+            "seccomp",
+            Level::Ok,
+            "the kernel filters syscalls (RuntimeDefault works)",
+            "",
+        )
+    } else {
+        check(
+            "seccomp",
+            Level::Warn,
+            "the kernel has no seccomp: RuntimeDefault and Localhost profiles fail",
+            "run a kernel built with CONFIG_SECCOMP_FILTER",
+        )
+    }
+}
+
+fn apparmor() -> Check {
+    let on = std::fs::read_to_string("/sys/module/apparmor/parameters/enabled")
+        .map(|s| s.trim() == "Y")
+        .unwrap_or(false);
+    if on {
+        check(
+            "AppArmor",
+            Level::Ok,
+            "enabled: Localhost profiles apply",
+            "",
+        )
+    } else {
+        check(
+            "AppArmor",
+            Level::Ok,
+            "not in this kernel: AppArmor requests are ignored with a warning",
+            "",
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hybrid_host_without_hugetlb_warns_and_without_memory_fails() {
+        let l = Layout::from_mountinfo(
+            "32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct
+35 31 0:32 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory",
+        );
+        let c = cgroups(&l);
+        let get = |n: &str| c.iter().find(|x| x.check == n).expect(n).status;
+        assert_eq!(get("cgroup cpu"), Level::Ok);
+        assert_eq!(get("cgroup hugetlb"), Level::Warn);
+        assert_eq!(worst(&c), Level::Warn);
+        let l = Layout::from_mountinfo("32 31 0:29 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu");
+        assert_eq!(worst(&cgroups(&l)), Level::Fail);
+    }
+
+    #[test]
+    fn cni_names_missing_plugins() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let bins = tempfile::tempdir().expect("tempdir");
+        assert_eq!(cni(d.path(), &[bins.path().into()])[0].status, Level::Fail);
+        std::fs::write(
+            d.path().join("10-x.conflist"),
+            r#"{"name":"x","plugins":[{"type":"bridge"},{"type":"portmap"}]}"#,
+        )
+        .expect("write");
+        std::fs::write(bins.path().join("bridge"), "").expect("write");
+        let c = cni(d.path(), &[bins.path().into()]);
+        assert_eq!(c[1].status, Level::Ok);
+        assert_eq!(
+            (c[2].check.as_str(), c[2].status),
+            ("CNI plugin portmap", Level::Fail)
+        );
+    }
+}
