@@ -1,11 +1,15 @@
 # husk: common tasks. Every target installs what it needs first.
-.PHONY: setup build test demo bench-pull bench-sandbox bench-containers bench-exec bench-stream bench-rpc lint
+.PHONY: setup build package test demo bench-pull bench-sandbox bench-containers bench-exec bench-stream bench-rpc lint
 
 setup:
 	bash packaging/setup-dev.sh
 
 build: setup
 	cargo build --release
+
+# The Debian package (target/debian/husk_<version>-1_<arch>.deb).
+package: build
+	bash packaging/build-deb.sh
 
 # Every test: unit tests and the root integration suite (real registry,
 # real kernel mounts). Must run as root.

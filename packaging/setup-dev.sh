@@ -13,6 +13,7 @@ packages=(
   apache2-utils                # htpasswd for auth tests
   iproute2 iptables jq procps curl ca-certificates util-linux mount
   pkg-config python3           # libseccomp linking; helper scripts
+  binutils                     # strip/objdump for make package
   python3-grpcio               # a gRPC C-core client for the socket tests
 )
 missing=()

@@ -65,8 +65,14 @@ pub fn import(path: &Path) -> Result<Imported, ConfigError> {
 
 /// Converts containerd config text.
 pub fn convert(src: &str) -> Result<Imported, ConfigError> {
-    let v: Value =
-        toml::from_str(src).map_err(|e| ConfigError(format!("not valid TOML: {}", e.message())))?;
+    let v: Value = toml::from_str(src).map_err(|e| {
+        let line = e
+            .span()
+            .map(|s| src[..s.start.min(src.len())].lines().count().max(1))
+            .unwrap_or(1);
+        let msg = e.message().split_whitespace().collect::<Vec<_>>().join(" ");
+        ConfigError(format!("not valid TOML (line {line}): {msg}"))
+    })?;
     let version = get(&v, &["version"])
         .and_then(Value::as_integer)
         .unwrap_or(1);
