@@ -407,6 +407,14 @@ async fn image_id_user_groups_policy_and_recursive_read_only() {
         let id = create_start(&p.h, &pod, &pc, c).await;
         let st = common::ctr::container_status(&p.h, &id).await;
         assert_eq!(st.image_id, image_id, "image_id is the image's ID");
+        // As containerd names them (the kubelet's image and imageID).
+        assert_eq!(st.image.as_ref().unwrap().image, image);
+        assert!(
+            st.image_ref
+                .starts_with(&format!("{}/app/groups@sha256:", p.reg.host())),
+            "{}",
+            st.image_ref
+        );
         let u = st.user.unwrap().linux.unwrap();
         assert_eq!((u.uid, u.gid), (1000, 1000));
         assert_eq!(u.supplemental_groups, want, "{policy:?}");

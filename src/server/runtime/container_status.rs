@@ -27,6 +27,7 @@ pub async fn handle(
         .and_then(|id| containers.refresh(&id))
         .ok_or_else(|| Status::not_found(format!("container {:?} not found", req.container_id)))?;
     let cfg = containers.saved_config(&r.id);
+    let image = state.images().ok().and_then(|i| i.find(&r.image_ref));
     let mut info = HashMap::new();
     if req.verbose {
         info.insert(
@@ -35,9 +36,31 @@ pub async fn handle(
         );
     }
     Ok(ContainerStatusResponse {
-        status: Some(status_of(&r, cfg.as_ref())),
+        status: Some(with_image_names(
+            status_of(&r, cfg.as_ref()),
+            image.as_ref(),
+        )),
         info,
     })
+}
+
+/// Names the image as containerd does while the image is still stored:
+/// `image.image` is its first tag and `image_ref` its first repo digest
+/// (the kubelet shows them as a container's image and imageID); `image_id`
+/// stays the image's ID.
+pub(super) fn with_image_names(
+    mut st: ContainerStatus,
+    image: Option<&crate::image::records::ImageRecord>,
+) -> ContainerStatus {
+    if let Some(img) = image {
+        if let (Some(tag), Some(spec)) = (img.repo_tags.first(), st.image.as_mut()) {
+            spec.image = tag.clone();
+        }
+        if let Some(d) = img.repo_digests.first() {
+            st.image_ref = d.clone();
+        }
+    }
+    st
 }
 
 /// The CRI status of a record (and the config it was created from).
@@ -55,6 +78,10 @@ pub(super) fn status_of(r: &ContainerRecord, cfg: Option<&ContainerConfig>) -> C
         exit_code: r.exit_code,
         image: Some(ImageSpec {
             image: r.image.clone(),
+            user_specified_image: cfg
+                .and_then(|c| c.image.as_ref())
+                .map(|i| i.user_specified_image.clone())
+                .unwrap_or_default(),
             ..Default::default()
         }),
         image_ref: r.image_ref.clone(),
