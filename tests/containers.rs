@@ -636,6 +636,22 @@ async fn exec_sync_output_exit_code_timeout_and_no_zombies() {
     assert_eq!(e.code(), tonic::Code::DeadlineExceeded, "{e:?}");
     assert!(t.elapsed() < Duration::from_secs(10));
 
+    // Output over a megabyte (exec probes and `kubectl exec` without a tty
+    // go through ExecSync) comes back whole.
+    let r = rt
+        .exec_sync(exec(
+            &[
+                "/bin/sh",
+                "-c",
+                "dd if=/dev/zero bs=1048576 count=3 2>/dev/null",
+            ],
+            20,
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((r.exit_code, r.stdout.len()), (0, 3 << 20));
+
     // A missing binary fails clearly; an unknown container is NotFound.
     assert!(rt.exec_sync(exec(&["/no/such/binary"], 5)).await.is_err());
     let e = rt

@@ -155,8 +155,10 @@ impl Husk {
         ImageServiceClient::new(self.channel().await)
     }
 
+    /// A client that takes answers as large as the kubelet's (16 MiB)
+    /// and more: ExecSync may return 16 MiB per stream.
     pub async fn runtime(&self) -> RuntimeServiceClient<Channel> {
-        RuntimeServiceClient::new(self.channel().await)
+        RuntimeServiceClient::new(self.channel().await).max_decoding_message_size(64 << 20)
     }
 
     pub async fn pull(&self, image: &str) -> Result<String, tonic::Status> {
