@@ -9,11 +9,13 @@
 //! them; so does husk, through this front.
 //!
 //! [`FrontStream`] wraps each accepted unix connection. Bytes from the
-//! client go through a [`rewrite::Rewriter`], which leaves every frame but
-//! header blocks untouched and re-encodes header blocks with a bad
-//! `:authority` replaced by `localhost`; bytes to the client are written
-//! straight through. It runs inline in the connection's own reads: no extra
-//! task, no extra socket, no proxy for the operator to run.
+//! client go through a [`rewrite::Rewriter`] until its first header block:
+//! a connection whose `:authority` is fine is then read straight through
+//! (no copy, no parsing); one whose `:authority` is a socket path has every
+//! header block re-encoded with `localhost` in its place, other frames
+//! untouched. Bytes to the client are written straight through. It runs
+//! inline in the connection's own reads: no extra task, no extra socket, no
+//! proxy for the operator to run.
 
 pub mod rewrite;
 
@@ -58,6 +60,11 @@ impl AsyncRead for FrontStream {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
+        if this.pos >= this.out.len() && this.rw.mode() == rewrite::Mode::Passthrough {
+            // Nothing to filter any more: the socket reads straight into
+            // the HTTP/2 layer's buffer.
+            return Pin::new(&mut this.io).poll_read(cx, buf);
+        }
         loop {
             if this.pos < this.out.len() {
                 let n = buf.remaining().min(this.out.len() - this.pos);

@@ -3,7 +3,12 @@
 //! valid URI authority (a socket path, a percent-encoded path, an empty
 //! value) with `localhost`, the value grpc-go sends for `unix://` targets.
 //!
-//! Invariants:
+//! A connection is judged by its first header block. When that block's
+//! `:authority` is acceptable (tonic, grpc-go with `unix://`, crictl, newer
+//! kubelets), the block and everything after it pass through untouched:
+//! such clients pay nothing but one decode. When it is not (kubelet ≤ 1.30,
+//! the gRPC C core), the connection is rewritten to its end:
+//!
 //! - Bytes outside HEADERS/CONTINUATION frames pass through unchanged and in
 //!   order; frame boundaries are never merged or split except for header
 //!   blocks.
@@ -60,6 +65,19 @@ struct Block {
     end_stream: bool,
     priority: Option<[u8; 5]>,
     fragment: Vec<u8>,
+    /// The block's frames as received (for a connection passed through).
+    raw: Vec<u8>,
+}
+
+/// What the front does with a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// No header block seen yet.
+    Undecided,
+    /// Every header block is re-encoded.
+    Rewrite,
+    /// Everything passes untouched.
+    Passthrough,
 }
 
 /// The client-to-server filter of one connection.
@@ -70,6 +88,7 @@ pub struct Rewriter {
     block: Option<Block>,
     decoder: Decoder<'static>,
     rewritten: u64,
+    mode: Mode,
 }
 
 impl Default for Rewriter {
@@ -88,7 +107,13 @@ impl Rewriter {
             block: None,
             decoder: Decoder::new(),
             rewritten: 0,
+            mode: Mode::Undecided,
         }
+    }
+
+    /// What the front does with this connection so far.
+    pub fn mode(&self) -> Mode {
+        self.mode
     }
 
     /// How many `:authority` values this connection has had replaced.
@@ -100,6 +125,10 @@ impl Rewriter {
     /// Partial frames are kept until the rest arrives.
     pub fn feed(&mut self, mut input: &[u8], out: &mut Vec<u8>) -> Result<(), FrontError> {
         while !input.is_empty() {
+            if self.mode == Mode::Passthrough {
+                out.extend_from_slice(input);
+                return Ok(());
+            }
             if self.preface_left > 0 {
                 let n = self.preface_left.min(input.len());
                 out.extend_from_slice(&input[..n]);
@@ -153,19 +182,22 @@ impl Rewriter {
                 return Ok(());
             }
             let frame = std::mem::take(&mut self.pending);
-            self.header_frame(kind, frame[4], stream, &frame[9..], out)?;
+            self.header_frame(kind, frame[4], stream, &frame, out)?;
         }
         Ok(())
     }
 
+    /// Takes one whole HEADERS or CONTINUATION frame (`frame`, header
+    /// included).
     fn header_frame(
         &mut self,
         kind: u8,
         flags: u8,
         stream: u32,
-        payload: &[u8],
+        frame: &[u8],
         out: &mut Vec<u8>,
     ) -> Result<(), FrontError> {
+        let payload = &frame[9..];
         if kind == CONTINUATION {
             let Some(b) = self.block.as_mut() else {
                 return Err(FrontError::StrayContinuation(stream));
@@ -178,6 +210,9 @@ impl Rewriter {
                 });
             }
             b.fragment.extend_from_slice(payload);
+            if self.mode == Mode::Undecided {
+                b.raw.extend_from_slice(frame);
+            }
         } else {
             if let Some(b) = &self.block {
                 return Err(FrontError::Interleaved {
@@ -211,6 +246,11 @@ impl Rewriter {
                 end_stream: flags & END_STREAM != 0,
                 priority,
                 fragment: p[..p.len() - pad].to_vec(),
+                raw: if self.mode == Mode::Undecided {
+                    frame.to_vec()
+                } else {
+                    Vec::new()
+                },
             });
         }
         if flags & END_HEADERS != 0 {
@@ -238,6 +278,16 @@ impl Rewriter {
                 stream: b.stream,
                 reason: e.to_string(),
             })?;
+        if self.mode == Mode::Undecided {
+            if !replaced {
+                // A client whose authority is fine from the start: hand its
+                // bytes over untouched from here on.
+                self.mode = Mode::Passthrough;
+                out.extend_from_slice(&b.raw);
+                return Ok(());
+            }
+            self.mode = Mode::Rewrite;
+        }
         if replaced {
             self.rewritten += 1;
         }
@@ -404,6 +454,30 @@ mod tests {
         assert_eq!(auth(&blocks[2]).as_deref(), Some(&b"localhost:1234"[..]));
         assert_eq!(blocks[1][2].1, b"/runtime.v1.RuntimeService/Version");
         assert_eq!(rw.rewritten(), 2);
+    }
+
+    #[test]
+    fn a_good_first_authority_passes_the_connection_through() {
+        let mut enc = Encoder::new();
+        let mut input = PREFACE.to_vec();
+        let first = headers_frame(END_HEADERS, 1, &request(&mut enc, b"localhost"));
+        input.extend_from_slice(&first);
+        let mut data = Vec::new();
+        frame(&mut data, 0x0, END_STREAM, 1, b"\0\0\0\0\x00");
+        input.extend_from_slice(&data);
+        input.extend(headers_frame(
+            END_HEADERS,
+            3,
+            &request(&mut enc, b"/x.sock"),
+        ));
+        let mut out = Vec::new();
+        let mut rw = Rewriter::new();
+        for chunk in input.chunks(7) {
+            rw.feed(chunk, &mut out).expect("feed");
+        }
+        assert_eq!(rw.mode(), Mode::Passthrough);
+        assert_eq!(out, input, "byte for byte");
+        assert_eq!(rw.rewritten(), 0);
     }
 
     #[test]
