@@ -39,6 +39,24 @@ async fn exec(h: &common::server::Husk, id: &str, cmd: &[&str]) -> (i32, String)
     )
 }
 
+/// CreateContainer that must fail: its status.
+async fn create_err(
+    h: &common::server::Husk,
+    pod: &str,
+    pc: &PodSandboxConfig,
+    c: ContainerConfig,
+) -> tonic::Status {
+    h.runtime()
+        .await
+        .create_container(CreateContainerRequest {
+            pod_sandbox_id: pod.into(),
+            config: Some(c),
+            sandbox_config: Some(pc.clone()),
+        })
+        .await
+        .unwrap_err()
+}
+
 fn security(c: &mut ContainerConfig) -> &mut LinuxContainerSecurityContext {
     c.linux
         .as_mut()
@@ -82,16 +100,7 @@ async fn hostnames_and_run_as_group() {
     // RunAsGroup without a user, on a container.
     let mut c = ccfg(&image, "grp", &["/bin/sleep", "600"], &[]);
     security(&mut c).run_as_group = Some(Int64Value { value: 1000 });
-    let e =
-        p.h.runtime()
-            .await
-            .create_container(CreateContainerRequest {
-                pod_sandbox_id: pod.clone(),
-                config: Some(c),
-                sandbox_config: Some(pc.clone()),
-            })
-            .await
-            .unwrap_err();
+    let e = create_err(&p.h, &pod, &pc, c).await;
     assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
     assert!(e.message().contains("run_as_group"), "{e:?}");
     stop_remove_pod(&p.h, &pod).await;
@@ -325,16 +334,7 @@ async fn mount_propagation_both_ways() {
         propagation: MountPropagation::PropagationBidirectional as i32,
         ..Default::default()
     }];
-    let e =
-        p.h.runtime()
-            .await
-            .create_container(CreateContainerRequest {
-                pod_sandbox_id: pod.clone(),
-                config: Some(c),
-                sandbox_config: Some(pc.clone()),
-            })
-            .await
-            .unwrap_err();
+    let e = create_err(&p.h, &pod, &pc, c).await;
     assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
     assert!(e.message().contains("make-rshared"), "{e:?}");
     stop_remove_pod(&p.h, &pod).await;
@@ -467,16 +467,7 @@ async fn image_id_user_groups_policy_and_recursive_read_only() {
     ] {
         c.metadata.as_mut().unwrap().name = "bad".into();
         c.mounts = vec![bad];
-        let e =
-            p.h.runtime()
-                .await
-                .create_container(CreateContainerRequest {
-                    pod_sandbox_id: pod.clone(),
-                    config: Some(c.clone()),
-                    sandbox_config: Some(pc.clone()),
-                })
-                .await
-                .unwrap_err();
+        let e = create_err(&p.h, &pod, &pc, c.clone()).await;
         assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
         assert!(e.message().contains("recursive_read_only"), "{e:?}");
     }

@@ -3,7 +3,7 @@
 //! runtime's memory with K pods running.
 
 use super::sandbox::pod_config;
-use super::{summarize, Summary, Target};
+use super::{summarize, turns, Summary, Target};
 use crate::api::cri::*;
 use serde::Serialize;
 use std::time::{Duration, Instant};
@@ -98,11 +98,7 @@ pub async fn bench_containers(
             .await?;
     }
     for i in 0..iterations {
-        let order: Vec<usize> = if i % 2 == 0 {
-            (0..n).collect()
-        } else {
-            (0..n).rev().collect()
-        };
+        let order = turns(i, n);
         for k in order {
             let t = &mut targets[k];
             let sc = pod_config(&format!("c{k}"), i);

@@ -3,7 +3,7 @@
 //! the runtimes (alternating who goes first) after a short warm-up.
 
 use super::sandbox::pod_config;
-use super::{summarize, Summary, Target};
+use super::{summarize, turns, Summary, Target};
 use crate::api::cri::*;
 use anyhow::Context as _;
 use serde::Serialize;
@@ -75,11 +75,7 @@ pub async fn bench_exec(
         }
         let mut samples = vec![Vec::new(); n];
         for i in 0..iterations {
-            let order: Vec<usize> = if i % 2 == 0 {
-                (0..n).collect()
-            } else {
-                (0..n).rev().collect()
-            };
+            let order = turns(i, n);
             for k in order {
                 let d = targets[k].exec_true(&pods[k].1).await?;
                 samples[k].push(d);

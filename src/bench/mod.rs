@@ -20,6 +20,16 @@ use serde::Serialize;
 use std::time::{Duration, Instant};
 use tonic::transport::Channel;
 
+/// The order in which `n` runtimes take iteration `i`: alternating who
+/// goes first, so neither always meets a warmer or a busier machine.
+pub fn turns(i: usize, n: usize) -> Vec<usize> {
+    if i % 2 == 0 {
+        (0..n).collect()
+    } else {
+        (0..n).rev().collect()
+    }
+}
+
 /// Percentiles of a set of durations.
 #[derive(Debug, Clone, Serialize)]
 pub struct Summary {
@@ -180,11 +190,7 @@ pub async fn bench_pull(
     }
     for i in 0..iterations {
         // Alternate who goes first so neither always runs on a warmer machine.
-        let order: Vec<usize> = if i % 2 == 0 {
-            (0..targets.len()).collect()
-        } else {
-            (0..targets.len()).rev().collect()
-        };
+        let order = turns(i, targets.len());
         for k in order {
             let c0 = targets[k].cpu_seconds();
             let (d, size) = targets[k].cold_pull(image).await?;

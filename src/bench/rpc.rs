@@ -3,7 +3,7 @@
 //! runtimes. It measures what every RPC pays for the socket, HTTP/2 and
 //! gRPC layers, so a change there (husk's HTTP/2 front) shows in it.
 
-use super::{summarize, Summary, Target};
+use super::{summarize, turns, Summary, Target};
 use crate::api::cri::{ListPodSandboxRequest, VersionRequest};
 use serde::Serialize;
 use std::time::{Duration, Instant};
@@ -52,11 +52,7 @@ pub async fn bench_rpc(
     let mut version = vec![Vec::new(); n];
     let mut list = vec![Vec::new(); n];
     for i in 0..iterations {
-        let order: Vec<usize> = if i % 2 == 0 {
-            (0..n).collect()
-        } else {
-            (0..n).rev().collect()
-        };
+        let order = turns(i, n);
         for k in order {
             version[k].push(targets[k].version_rtt().await?);
             list[k].push(targets[k].list_rtt().await?);

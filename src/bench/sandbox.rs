@@ -1,7 +1,7 @@
 //! The pod-sandbox benchmark: RunPodSandbox, Stop+RemovePodSandbox, and
 //! the runtime's memory with 1, 10, 50… pods running.
 
-use super::{procs, summarize, Summary, Target};
+use super::{procs, summarize, turns, Summary, Target};
 use crate::api::cri::*;
 use serde::Serialize;
 use std::time::{Duration, Instant};
@@ -89,11 +89,7 @@ pub async fn bench_sandbox(
         t.stop_remove(&id).await?;
     }
     for i in 0..iterations {
-        let order: Vec<usize> = if i % 2 == 0 {
-            (0..n).collect()
-        } else {
-            (0..n).rev().collect()
-        };
+        let order = turns(i, n);
         for k in order {
             let t = &mut targets[k];
             let start = Instant::now();

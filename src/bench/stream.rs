@@ -5,7 +5,7 @@
 //! through husk's own streaming client.
 
 use super::sandbox::pod_config;
-use super::{summarize, Summary, Target};
+use super::{summarize, turns, Summary, Target};
 use crate::api::cri::*;
 use crate::streaming::client::{self, PortForwarder, Stdio, Tls, Transport};
 use serde::Serialize;
@@ -145,11 +145,7 @@ pub async fn bench_stream(
         vec![Vec::new(); n],
     );
     for i in 0..iterations {
-        let order: Vec<usize> = if i % 2 == 0 {
-            (0..n).collect()
-        } else {
-            (0..n).rev().collect()
-        };
+        let order = turns(i, n);
         for k in order {
             let t = &mut targets[k];
             let id = pods[k].1.clone();
