@@ -331,9 +331,7 @@ fn cni(conf_dir: &Path, bin_dirs: &[PathBuf]) -> Vec<Check> {
             "CNI config",
             Level::Fail,
             format!("no network config in {}: pods cannot start (NetworkReady=false)", conf_dir.display()),
-            format!(
-                "install a conflist there (husk's default: /usr/share/husk/10-husk.conflist) or your cluster's network add-on"
-            ),
+            "install a conflist there (husk's default: /usr/share/husk/10-husk.conflist) or your cluster's network add-on",
         )];
     };
     let v: serde_json::Value = match std::fs::read(first)

@@ -366,13 +366,16 @@ impl ContainerManager {
             .and_then(|l| l.security_context.clone())
             .unwrap_or_default();
         let rootfs = dir.join("rootfs");
-        let who = user::resolve(
-            sc.run_as_user.map(|u| u.value),
-            &sc.run_as_username,
-            sc.run_as_group.map(|g| g.value),
-            &sc.supplemental_groups,
-            sc.supplemental_groups_policy
+        let asked = user::Asked {
+            run_as_user: sc.run_as_user.map(|u| u.value),
+            run_as_username: &sc.run_as_username,
+            run_as_group: sc.run_as_group.map(|g| g.value),
+            supplemental: &sc.supplemental_groups,
+            strict: sc.supplemental_groups_policy
                 == crate::api::cri::SupplementalGroupsPolicy::Strict as i32,
+        };
+        let who = user::resolve(
+            &asked,
             d.user.as_deref().unwrap_or(""),
             read_in_root(&rootfs, "etc/passwd").as_deref(),
             read_in_root(&rootfs, "etc/group").as_deref(),

@@ -78,6 +78,17 @@ fn groups(text: &str) -> Vec<(String, u32, Vec<String>)> {
         .collect()
 }
 
+/// What the security context asks for.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Asked<'a> {
+    pub run_as_user: Option<i64>,
+    pub run_as_username: &'a str,
+    pub run_as_group: Option<i64>,
+    pub supplemental: &'a [i64],
+    /// SupplementalGroupsPolicy Strict.
+    pub strict: bool,
+}
+
 /// Resolves the process identity.
 /// - `run_as_user` / `run_as_username` win over the image's `User`
 ///   (`uid`, `name`, `uid:gid`, `name:group`);
@@ -86,15 +97,18 @@ fn groups(text: &str) -> Vec<(String, u32, Vec<String>)> {
 /// - supplemental gids: `supplemental`, plus (unless `strict`, the CRI's
 ///   SupplementalGroupsPolicy Strict) the groups that list the user.
 pub fn resolve(
-    run_as_user: Option<i64>,
-    run_as_username: &str,
-    run_as_group: Option<i64>,
-    supplemental: &[i64],
-    strict: bool,
+    asked: &Asked<'_>,
     image_user: &str,
     passwd_text: Option<&str>,
     group_text: Option<&str>,
 ) -> Result<Identity, SpecError> {
+    let Asked {
+        run_as_user,
+        run_as_username,
+        run_as_group,
+        supplemental,
+        strict,
+    } = *asked;
     if run_as_group.is_some() && run_as_user.is_none() && run_as_username.is_empty() {
         return Err(SpecError(
             "security_context.run_as_group is set without run_as_user or run_as_username".into(),
@@ -182,7 +196,14 @@ mod tests {
     #[test]
     fn resolves_like_containerd() {
         let r = |u: Option<i64>, n: &str, g: Option<i64>, s: &[i64], img: &str| {
-            resolve(u, n, g, s, false, img, Some(PASSWD), Some(GROUP))
+            let asked = Asked {
+                run_as_user: u,
+                run_as_username: n,
+                run_as_group: g,
+                supplemental: s,
+                strict: false,
+            };
+            resolve(&asked, img, Some(PASSWD), Some(GROUP))
         };
         assert_eq!(
             r(None, "", None, &[], "").expect("root"),
@@ -227,11 +248,12 @@ mod tests {
         );
         assert!(r(None, "nobody-here", None, &[], "").is_err());
         let strict = resolve(
-            None,
-            "alice",
-            None,
-            &[7],
-            true,
+            &Asked {
+                run_as_username: "alice",
+                supplemental: &[7],
+                strict: true,
+                ..Asked::default()
+            },
             "",
             Some(PASSWD),
             Some(GROUP),

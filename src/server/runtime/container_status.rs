@@ -110,6 +110,5 @@ pub(super) fn status_of(r: &ContainerRecord, cfg: Option<&ContainerConfig>) -> C
                 linux: Some(linux),
                 ..Default::default()
             }),
-        ..Default::default()
     }
 }
