@@ -175,6 +175,9 @@ async fn run_exit_codes_env_users_logs_and_cleanup() {
             "-c",
             // The container sees its own cgroup (read-only) at /sys/fs/cgroup.
             "test \"$(cat /sys/fs/cgroup/memory/memory.limit_in_bytes)\" = 33554432 || exit 9; \
+             test -f /sys/fs/cgroup/cpu/cpu.shares -a -f /sys/fs/cgroup/cpuacct/cpuacct.usage || exit 8; \
+             touch /sys/fs/cgroup/x 2>/dev/null && exit 7; \
+             mkdir /sys/fs/cgroup/memory/sub 2>/dev/null && exit 6; \
              dd if=/dev/zero of=/dev/null bs=128M count=1",
         ],
         &[],

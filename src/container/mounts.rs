@@ -8,10 +8,12 @@
 //! - Devices from the config, with the cgroup rules that allow them;
 //!   privileged containers get the host's devices.
 
+use super::cgroups::Layout;
 use super::spec::{ImageDefaults, PodContext};
 use super::SpecError;
 use crate::api::cri::{ContainerConfig, MountPropagation};
 use serde_json::{json, Value};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 fn propagation(p: i32) -> &'static str {
@@ -20,6 +22,82 @@ fn propagation(p: i32) -> &'static str {
         Ok(MountPropagation::PropagationBidirectional) => "rshared",
         _ => "rprivate",
     }
+}
+
+/// v1 controllers libcontainer makes a cgroup for (so a bind source
+/// exists by the time the container's root is set up).
+const V1_CONTROLLERS: [&str; 12] = [
+    "cpu",
+    "cpuacct",
+    "cpuset",
+    "memory",
+    "pids",
+    "blkio",
+    "devices",
+    "freezer",
+    "hugetlb",
+    "net_cls",
+    "net_prio",
+    "perf_event",
+];
+
+/// The container's own cgroups at /sys/fs/cgroup, read-only unless
+/// privileged.
+///
+/// - cgroup v2: a cgroup mount of the container's cgroup.
+/// - cgroup v1: a tmpfs holding, per controller hierarchy, a bind mount of
+///   the container's own cgroup dir, under the hierarchy's name and under
+///   each co-mounted controller's name (`cpu,cpuacct`, `cpu`, `cpuacct`),
+///   as runc lays it out. libcontainer 0.7's own v1 cgroup mount looks
+///   its process up in the host's /proc by the PID it has inside the pod;
+///   in a pod's shared PID namespace that is another process, or none once
+///   the pod's PIDs pass the host's, and then every new container in the pod
+///   fails to start.
+pub fn cgroup_mounts(layout: &Layout, cgroups_path: &str, privileged: bool) -> Vec<Value> {
+    let ro = |mut o: Vec<&str>| {
+        if !privileged {
+            o.push("ro");
+        }
+        json!(o)
+    };
+    let v1 = match layout {
+        Layout::V2(_) => {
+            return vec![
+                json!({"destination": "/sys/fs/cgroup", "type": "cgroup", "source": "cgroup", "options": ro(vec!["nosuid", "noexec", "nodev", "relatime"])}),
+            ]
+        }
+        Layout::V1(m) => m,
+    };
+    let mut hierarchies: BTreeMap<&Path, Vec<&str>> = BTreeMap::new();
+    for (ctrl, point) in v1 {
+        if V1_CONTROLLERS.contains(&ctrl.as_str()) {
+            hierarchies
+                .entry(point.as_path())
+                .or_default()
+                .push(ctrl.as_str());
+        }
+    }
+    let mut m = vec![
+        json!({"destination": "/sys/fs/cgroup", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "noexec", "nodev", "mode=755", "size=64k"]}),
+    ];
+    let rel = cgroups_path.trim_start_matches('/');
+    for (point, mut ctrls) in hierarchies {
+        let Some(name) = point.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        ctrls.sort_unstable();
+        let mut dests = vec![name];
+        dests.extend(ctrls.into_iter().filter(|c| *c != name));
+        for d in dests {
+            m.push(json!({
+                "destination": format!("/sys/fs/cgroup/{d}"),
+                "type": "bind",
+                "source": point.join(rel),
+                "options": ro(vec!["rbind", "rprivate", "nosuid", "noexec", "nodev"]),
+            }));
+        }
+    }
+    m
 }
 
 /// The propagation of the container's root: shared when a mount is
@@ -146,17 +224,12 @@ pub fn mounts(
     pod: &PodContext<'_>,
     img: &ImageDefaults,
     privileged: bool,
+    cgroups_path: &str,
 ) -> Vec<Value> {
-    let (sys_opts, cgroup_opts) = if privileged {
-        (
-            json!(["nosuid", "noexec", "nodev"]),
-            json!(["nosuid", "noexec", "nodev", "relatime"]),
-        )
+    let sys_opts = if privileged {
+        json!(["nosuid", "noexec", "nodev"])
     } else {
-        (
-            json!(["nosuid", "noexec", "nodev", "ro"]),
-            json!(["nosuid", "noexec", "nodev", "relatime", "ro"]),
-        )
+        json!(["nosuid", "noexec", "nodev", "ro"])
     };
     let mut m = vec![
         json!({"destination": "/proc", "type": "proc", "source": "proc", "options": ["nosuid", "noexec", "nodev"]}),
@@ -164,9 +237,12 @@ pub fn mounts(
         json!({"destination": "/dev/pts", "type": "devpts", "source": "devpts", "options": ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"]}),
         json!({"destination": "/dev/mqueue", "type": "mqueue", "source": "mqueue", "options": ["nosuid", "noexec", "nodev"]}),
         json!({"destination": "/sys", "type": "sysfs", "source": "sysfs", "options": sys_opts}),
-        // The container's own cgroups, read-only unless privileged.
-        json!({"destination": "/sys/fs/cgroup", "type": "cgroup", "source": "cgroup", "options": cgroup_opts}),
     ];
+    m.extend(cgroup_mounts(
+        super::cgroups::Layout::host(),
+        cgroups_path,
+        privileged,
+    ));
     let user_dests: Vec<&str> = c.mounts.iter().map(|x| x.container_path.as_str()).collect();
     for f in ["resolv.conf", "hostname", "hosts"] {
         let dest = format!("/etc/{f}");
@@ -253,6 +329,46 @@ mod tests {
             }],
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn v1_cgroups_are_bound_per_hierarchy_and_v2_mounted() {
+        let l = Layout::from_mountinfo(
+            "32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct
+35 31 0:32 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory
+40 31 0:37 / /sys/fs/cgroup/systemd rw - cgroup cgroup rw,name=systemd",
+        );
+        let m = cgroup_mounts(&l, "/kubepods/pod1/c1", false);
+        assert_eq!(m[0]["type"], "tmpfs");
+        let dests: Vec<&str> = m[1..]
+            .iter()
+            .map(|x| x["destination"].as_str().expect("dest"))
+            .collect();
+        assert_eq!(
+            dests,
+            [
+                "/sys/fs/cgroup/cpu,cpuacct",
+                "/sys/fs/cgroup/cpu",
+                "/sys/fs/cgroup/cpuacct",
+                "/sys/fs/cgroup/memory"
+            ]
+        );
+        assert_eq!(m[4]["source"], "/sys/fs/cgroup/memory/kubepods/pod1/c1");
+        assert!(m[4]["options"]
+            .as_array()
+            .expect("opts")
+            .contains(&json!("ro")));
+        let priv_ = cgroup_mounts(&l, "/x", true);
+        assert!(!priv_[1]["options"]
+            .as_array()
+            .expect("opts")
+            .contains(&json!("ro")));
+        let v2 = cgroup_mounts(
+            &Layout::from_mountinfo("30 23 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw"),
+            "/x",
+            false,
+        );
+        assert_eq!((v2.len(), v2[0]["type"].as_str()), (1, Some("cgroup")));
     }
 
     #[test]

@@ -301,13 +301,17 @@ pub fn build(
     } else {
         sc.masked_paths.clone()
     };
-    let readonly: Vec<String> = if sc.privileged {
+    let mut readonly: Vec<String> = if sc.privileged {
         Vec::new()
     } else if sc.readonly_paths.is_empty() {
         READONLY_PATHS.iter().map(|s| s.to_string()).collect()
     } else {
         sc.readonly_paths.clone()
     };
+    if !sc.privileged && !super::cgroups::Layout::host().is_v2() {
+        // The tmpfs that holds the v1 cgroup binds (mounts.rs).
+        readonly.push("/sys/fs/cgroup".into());
+    }
     let (devices, mut device_rules) = devices(c)?;
     let mut rules = vec![json!({"allow": sc.privileged, "access": "rwm"})];
     rules.append(&mut device_rules);
@@ -353,7 +357,13 @@ pub fn build(
             "oomScoreAdj": oom,
         },
         "root": {"path": "rootfs", "readonly": sc.readonly_rootfs},
-        "mounts": mounts(c, pod, img, sc.privileged),
+        "mounts": mounts(
+            c,
+            pod,
+            img,
+            sc.privileged,
+            &format!("{}/{id}", pod.cgroup_parent.trim_end_matches('/')),
+        ),
         "annotations": c.annotations,
         "linux": {
             "cgroupsPath": format!("{}/{id}", pod.cgroup_parent.trim_end_matches('/')),
