@@ -78,6 +78,10 @@ async fn remove_by_tag_id_and_digest_then_collect_content() {
         .join(shared.digest().trim_start_matches("sha256:"))
         .exists());
 
+    // A short ID, as crictl prints it, names the image too.
+    let short = &idb.trim_start_matches("sha256:")[..13];
+    assert_eq!(h.status(short).await.unwrap().id, idb);
+
     // By ID, twice (idempotent): nothing is left.
     h.remove(&idb).await.unwrap();
     h.remove(&idb).await.unwrap();

@@ -491,6 +491,50 @@ async fn attach_to_a_printing_container_and_to_cat_with_stdin_once() {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
+
+    // A stdin container that is not stdin_once: the attach ends when the
+    // client's stdin does (as crictl `attach -i` with piped input expects),
+    // and the container goes on.
+    let mut c = ccfg(&image, "keeps", &["sh", "-c", "cat"]);
+    c.stdin = true;
+    let id = create_start(&p.h, &pod, &pc, c).await;
+    for t in BOTH {
+        let url = rt
+            .attach(AttachRequest {
+                container_id: id.clone(),
+                stdin: true,
+                stdout: true,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .url;
+        let (stdin_r, mut stdin_w) = tokio::io::duplex(1024);
+        let (io, out, _) = stdio(Some(Box::new(stdin_r)), false);
+        let session =
+            tokio::spawn(async move { client::remotecommand(&url, t, &Tls::default(), io).await });
+        stdin_w.write_all(b"hello\n").await.unwrap();
+        wait_until("the echo", || out.text().contains("hello\n")).await;
+        drop(stdin_w);
+        let code = tokio::time::timeout(Duration::from_secs(20), session)
+            .await
+            .expect("the attach ends with its stdin")
+            .unwrap()
+            .unwrap();
+        assert_eq!(code, 0, "{t:?}");
+    }
+    let st = rt
+        .container_status(ContainerStatusRequest {
+            container_id: id.clone(),
+            verbose: false,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .status
+        .unwrap();
+    assert_eq!(st.state, ContainerState::ContainerRunning as i32);
     rt.stop_pod_sandbox(StopPodSandboxRequest {
         pod_sandbox_id: pod.clone(),
     })

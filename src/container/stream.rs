@@ -138,6 +138,7 @@ impl ContainerManager {
         o: StdioOpts,
     ) -> Result<ProcessIo, SandboxError> {
         let id = self.running(id)?;
+        let stdin_once = self.saved_config(&id).is_some_and(|c| c.stdin_once);
         let req = AttachRequest {
             id: id.clone(),
             stdin: o.stdin,
@@ -151,6 +152,7 @@ impl ContainerManager {
                 .map_err(|e| SandboxError::Shim(e.to_string()))??;
         let mut pio = Self::process_io(&which, fds);
         pio.control = Some(Box::new(conn));
+        pio.end_with_stdin = o.stdin && !(stdin_once && !o.tty);
         Ok(pio)
     }
 }

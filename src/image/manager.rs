@@ -168,8 +168,9 @@ impl ImageManager {
         Lease { owner: self, keys }
     }
 
-    /// Finds an image by ID (`sha256:…` or bare hex), or by reference
-    /// (`repo:tag`, `repo@digest`, short forms normalized).
+    /// Finds an image by ID (`sha256:…` or bare hex), by reference
+    /// (`repo:tag`, `repo@digest`, short forms normalized), or by a unique
+    /// ID prefix of at least 6 hex digits.
     pub fn find(&self, spec: &str) -> Option<ImageRecord> {
         let spec = spec.trim();
         if spec.is_empty() {
@@ -184,14 +185,26 @@ impl ImageManager {
                 return Some(r.clone());
             }
         }
-        let r = Reference::parse(spec).ok()?;
-        if let Some(d) = &r.digest {
-            if let Some(rec) = recs.by_ref(&r.with_digest(d)) {
-                return Some(rec.clone());
-            }
+        if let Some(r) = Reference::parse(spec).ok().and_then(|r| match &r.digest {
+            Some(d) => recs.by_ref(&r.with_digest(d)).cloned(),
+            None => r.tagged().and_then(|t| recs.by_ref(&t).cloned()),
+        }) {
+            return Some(r);
+        }
+        // A unique prefix of an ID, as `crictl images` prints them (13
+        // characters), tried after references, as containerd does.
+        let hex = spec.strip_prefix("sha256:").unwrap_or(spec);
+        if hex.len() < 6 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
             return None;
         }
-        r.tagged().and_then(|t| recs.by_ref(&t).cloned())
+        let mut found = recs.all().filter(|r| {
+            r.id.strip_prefix("sha256:")
+                .is_some_and(|h| h.starts_with(hex))
+        });
+        match (found.next(), found.next()) {
+            (Some(r), None) => Some(r.clone()),
+            _ => None,
+        }
     }
 
     /// Every image, sorted by first reference for stable output.

@@ -44,6 +44,11 @@ pub struct ProcessIo {
     pub exit: Option<BoxFuture<'static, io::Result<i32>>>,
     /// Attach: held while the client's stdin is open.
     pub control: Option<Box<dyn Send>>,
+    /// Attach: the session ends when the client's stdin does (containerd's
+    /// rule: unless the container is stdin_once and the attach has no
+    /// tty, in which case only the container's stdin closes and output
+    /// goes on until the container ends).
+    pub end_with_stdin: bool,
 }
 
 /// Where sessions get their processes and network namespaces.

@@ -285,6 +285,8 @@ pub async fn run(mut s: Streams, mut pio: ProcessIo, tty: bool, what: String) {
     if let (Some(src), Some(sink)) = (fd(pio.stderr.take()), s.stderr.clone()) {
         outs.push(tokio::spawn(pump_out(src, sink)));
     }
+    let stop_outputs: Vec<tokio::task::AbortHandle> =
+        outs.iter().map(|o| o.abort_handle()).collect();
     let outputs = async {
         for o in outs.iter_mut() {
             let _ = o.await;
@@ -328,6 +330,13 @@ pub async fn run(mut s: Streams, mut pio: ProcessIo, tty: bool, what: String) {
                         // The client closed stdin: a stdin_once container
                         // gets EOF when its shim sees the control go.
                         control = None;
+                        if pio.end_with_stdin {
+                            // The attach ends here; its output pipes go.
+                            for a in &stop_outputs {
+                                a.abort();
+                            }
+                            break true;
+                        }
                     }
                 }
             };
