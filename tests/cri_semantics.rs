@@ -474,3 +474,44 @@ async fn image_id_user_groups_policy_and_recursive_read_only() {
     stop_remove_pod(&p.h, &pod).await;
     assert!(leftovers(&p).is_empty(), "{:?}", leftovers(&p));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stop_leaves_no_process_behind_in_a_shared_pid_namespace() {
+    if !common::require_root() {
+        return;
+    }
+    let p = setup(vec![]).await;
+    let image = app_image(&p).await;
+    let pc = pod_config(&p, "leftovers");
+    let pod = run(&p.h, pc.clone()).await.unwrap();
+    let mut c = ccfg(&image, "main", &["/bin/sleep", "600"], &[]);
+    security(&mut c).namespace_options = Some(NamespaceOption {
+        pid: NamespaceMode::Pod as i32,
+        ..Default::default()
+    });
+    let id = create_start(&p.h, &pod, &pc, c).await;
+    // A process started by an exec outlives the exec.
+    assert_eq!(
+        exec(&p.h, &id, &["sh", "-c", "sleep 300 >/dev/null 2>&1 &"])
+            .await
+            .0,
+        0
+    );
+    let procs = || {
+        common::ctr::cgroup_file(&p, "memory", &id, "cgroup.procs")
+            .lines()
+            .count()
+    };
+    assert_eq!(procs(), 2, "the init and the exec'd sleep");
+    p.h.runtime()
+        .await
+        .stop_container(StopContainerRequest {
+            container_id: id.clone(),
+            timeout: 5,
+        })
+        .await
+        .unwrap();
+    assert_eq!(procs(), 0, "nothing outlives a stopped container");
+    stop_remove_pod(&p.h, &pod).await;
+    assert!(leftovers(&p).is_empty(), "{:?}", leftovers(&p));
+}

@@ -372,6 +372,34 @@ pub fn prune_unsupported(
     skipped
 }
 
+/// SIGKILLs every process left in the cgroup at `cgroups_path` (execs,
+/// children of an init that has exited: in a pod's shared PID namespace
+/// they do not die with it); returns how many were signalled.
+pub fn kill_all(layout: &Layout, cgroups_path: &str) -> usize {
+    let dirs: Vec<PathBuf> = match layout {
+        Layout::V2(_) => layout.dir("", cgroups_path).into_iter().collect(),
+        Layout::V1(_) => ["pids", "memory", "cpu", "freezer", "devices"]
+            .iter()
+            .filter_map(|c| layout.dir(c, cgroups_path))
+            .collect(),
+    };
+    let Some(text) = dirs
+        .iter()
+        .find_map(|d| std::fs::read_to_string(d.join("cgroup.procs")).ok())
+    else {
+        return 0;
+    };
+    let mut n = 0;
+    for pid in text.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+        if let Some(p) = rustix::process::Pid::from_raw(pid) {
+            if rustix::process::kill_process(p, rustix::process::Signal::KILL).is_ok() {
+                n += 1;
+            }
+        }
+    }
+    n
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

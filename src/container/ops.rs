@@ -29,6 +29,10 @@ impl ContainerManager {
             return Ok(());
         };
         if r.state != ContainerState::Running {
+            // An init that ended by itself may have left processes behind.
+            if r.state == ContainerState::Exited {
+                super::cgroups::kill_all(super::cgroups::Layout::host(), &r.cgroups_path);
+            }
             return Ok(());
         }
         let shim_dir = self.sandboxes.shim_dir(&r.sandbox_id);
@@ -64,6 +68,12 @@ impl ContainerManager {
             while Instant::now() < deadline && !exited(self) {
                 std::thread::sleep(Duration::from_millis(5));
             }
+        }
+        // Whatever outlived the init (execs, its children in the pod's PID
+        // namespace) goes with it, as runc's kill --all does.
+        let left = super::cgroups::kill_all(super::cgroups::Layout::host(), &r.cgroups_path);
+        if left > 0 {
+            tracing::info!(container_id = %id, processes = left, "killed what outlived the container's init");
         }
         tracing::info!(container_id = %id, "container stopped");
         Ok(())
