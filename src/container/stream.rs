@@ -152,7 +152,8 @@ impl ContainerManager {
                 .map_err(|e| SandboxError::Shim(e.to_string()))??;
         let mut pio = Self::process_io(&which, fds);
         pio.control = Some(Box::new(conn));
-        pio.end_with_stdin = o.stdin && !(stdin_once && !o.tty);
+        // Ends with stdin unless stdin_once without a tty.
+        pio.end_with_stdin = o.stdin && (!stdin_once || o.tty);
         Ok(pio)
     }
 }
