@@ -341,7 +341,9 @@ async fn localhost_mounts_capabilities_privileged_and_log_reopen() {
         container_path: "/www".into(),
         host_path: web.display().to_string(),
         readonly: true,
-        propagation: MountPropagation::PropagationHostToContainer as i32,
+        // Propagation needs a shared or slave host mount (tests/cri_semantics.rs);
+        // this host's / is private.
+        propagation: MountPropagation::PropagationPrivate as i32,
         ..Default::default()
     }];
     let id = create_start(&p.h, &pod, &pc, c).await;

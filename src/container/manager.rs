@@ -500,12 +500,15 @@ impl ContainerManager {
                     "container {id} is not in the created state"
                 )));
             }
+            // Taken before the start: a process that ends at once must not
+            // look as if it finished before it started.
+            let started = now_ns();
             shim_call(
                 &this.sandboxes.shim_dir(&r.sandbox_id),
                 Request::Start(StartRequest { id: id.clone() }),
             )?;
             r.state = ContainerState::Running;
-            r.started_at = now_ns();
+            r.started_at = started;
             this.save_raising(&r, Kind::Started)?;
             // An exit recorded before the state above was is not seen by
             // the watcher's refresh: look once.
@@ -563,7 +566,7 @@ impl ContainerManager {
             (Some((code, at)), _) => {
                 r.state = ContainerState::Exited;
                 r.exit_code = code;
-                r.finished_at = at;
+                r.finished_at = at.max(r.started_at);
                 r.reason = if self.oom_killed(&r) {
                     "OOMKilled".into()
                 } else if code == 0 {
