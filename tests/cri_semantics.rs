@@ -515,3 +515,81 @@ async fn stop_leaves_no_process_behind_in_a_shared_pid_namespace() {
     stop_remove_pod(&p.h, &pod).await;
     assert!(leftovers(&p).is_empty(), "{:?}", leftovers(&p));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn caller_paths_stay_in_their_roots_and_execs_leave_no_sockets() {
+    if !common::require_root() {
+        return;
+    }
+    let p = setup(vec![]).await;
+    let image = app_image(&p).await;
+    // A relative log directory would land at the shim's working directory.
+    let mut bad = pod_config(&p, "rel");
+    bad.log_directory = "logs".into();
+    let e = run(&p.h, bad).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    assert!(e.message().contains("log_directory"), "{e:?}");
+
+    let pc = pod_config(&p, "paths");
+    let pod = run(&p.h, pc.clone()).await.unwrap();
+    let escape = tempfile::tempdir().unwrap();
+    for log_path in [
+        "../../../../../../../../..".to_string() + &escape.path().join("x").display().to_string(),
+        "/tmp/absolute.log".to_string(),
+    ] {
+        let mut c = ccfg(&image, "esc", &["/bin/sleep", "600"], &[]);
+        c.log_path = log_path.clone();
+        let e = create_err(&p.h, &pod, &pc, c).await;
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{log_path}: {e:?}");
+        assert!(e.message().contains("log_path"), "{e:?}");
+    }
+    assert!(!escape.path().join("x").exists());
+    let mut c = ccfg(&image, "noimage", &["/bin/sleep", "600"], &[]);
+    c.image = None;
+    let e = create_err(&p.h, &pod, &pc, c).await;
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+
+    // Execs: the notify sockets libcontainer leaves are swept.
+    let id = create_start(
+        &p.h,
+        &pod,
+        &pc,
+        ccfg(&image, "c", &["/bin/sleep", "600"], &[]),
+    )
+    .await;
+    let youki =
+        p.h.dir
+            .path()
+            .join("run/s")
+            .join(&pod)
+            .join("youki")
+            .join(&id);
+    let sockets = || {
+        std::fs::read_dir(&youki)
+            .unwrap()
+            .flatten()
+            .filter(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with("tenant-notify-")
+            })
+            .count()
+    };
+    for _ in 0..3 {
+        assert_eq!(exec(&p.h, &id, &["true"]).await.0, 0);
+    }
+    assert!(
+        (1..=3).contains(&sockets()),
+        "each exec leaves one for a while: {}",
+        sockets()
+    );
+    tokio::time::sleep(std::time::Duration::from_secs(11)).await;
+    assert_eq!(exec(&p.h, &id, &["true"]).await.0, 0);
+    assert!(
+        sockets() <= 1,
+        "old notify sockets are swept: {}",
+        sockets()
+    );
+    stop_remove_pod(&p.h, &pod).await;
+    assert!(leftovers(&p).is_empty(), "{:?}", leftovers(&p));
+}

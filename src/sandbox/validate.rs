@@ -99,6 +99,12 @@ pub fn config(c: &PodSandboxConfig) -> Result<(), String> {
             }
         }
     }
+    if !c.log_directory.is_empty() && !c.log_directory.starts_with('/') {
+        return Err(format!(
+            "log_directory {:?} must be an absolute path",
+            c.log_directory
+        ));
+    }
     if !host_net && !c.hostname.is_empty() {
         hostname(&c.hostname)?;
     }

@@ -41,6 +41,35 @@ fn pipe() -> Result<(OwnedFd, OwnedFd), String> {
     Ok((r, w))
 }
 
+/// How long a tenant's notify socket may stay: libcontainer leaves one per
+/// exec in the container's state dir; the handshake it serves is over in
+/// well under a second.
+const NOTIFY_SOCKET_TTL: Duration = Duration::from_secs(10);
+
+/// Removes the notify sockets earlier execs left in a container's state dir
+/// (`tenant-notify-*.sock`), once they are older than a handshake can be.
+pub fn sweep_notify_sockets(container_dir: &Path) {
+    let Ok(rd) = std::fs::read_dir(container_dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if !(name.starts_with("tenant-notify-") && name.ends_with(".sock")) {
+            continue;
+        }
+        let old = e
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age > NOTIFY_SOCKET_TTL);
+        if old {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
 /// Starts `req` in container `req.id`; the caller keeps the pending exec.
 pub fn start(
     youki: &Path,
@@ -52,6 +81,7 @@ pub fn start(
         if req.args.is_empty() {
             return Err("exec needs a command".into());
         }
+        sweep_notify_sockets(&youki.join(&req.id));
         let file = dir.join(format!("exec-{:016x}.json", rand::random::<u64>()));
         let (out_r, out_w) = pipe()?;
         let (err_r, err_w) = pipe()?;

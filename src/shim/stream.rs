@@ -416,6 +416,7 @@ fn start_exec(
     if req.args.is_empty() {
         return Err("exec needs a command".into());
     }
+    super::exec::sweep_notify_sockets(&youki.join(&req.id));
     let c =
         Container::load(youki.join(&req.id)).map_err(|e| format!("container {}: {e}", req.id))?;
     let spec: serde_json::Value = std::fs::read(c.bundle().join("config.json"))
