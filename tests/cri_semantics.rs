@@ -46,15 +46,7 @@ async fn create_err(
     pc: &PodSandboxConfig,
     c: ContainerConfig,
 ) -> tonic::Status {
-    h.runtime()
-        .await
-        .create_container(CreateContainerRequest {
-            pod_sandbox_id: pod.into(),
-            config: Some(c),
-            sandbox_config: Some(pc.clone()),
-        })
-        .await
-        .unwrap_err()
+    common::ctr::try_create(h, pod, pc, c).await.unwrap_err()
 }
 
 fn security(c: &mut ContainerConfig) -> &mut LinuxContainerSecurityContext {

@@ -445,32 +445,9 @@ async fn attach_to_a_printing_container_and_to_cat_with_stdin_once() {
             c.log_path.clear();
         }
         let id = create_start(&p.h, &pod, &pc, c).await;
-        let url = rt
-            .attach(AttachRequest {
-                container_id: id.clone(),
-                stdin: true,
-                stdout: true,
-                stderr: true,
-                ..Default::default()
-            })
-            .await
-            .unwrap()
-            .into_inner()
-            .url;
-        let (stdin_r, mut stdin_w) = tokio::io::duplex(1024);
-        let (io, out, _) = stdio(Some(Box::new(stdin_r)), false);
-        let session =
-            tokio::spawn(async move { client::remotecommand(&url, t, &Tls::default(), io).await });
-        stdin_w.write_all(b"ping\n").await.unwrap();
-        wait_until("the echo", || out.text().contains("ping\n")).await;
-        drop(stdin_w);
-        let code = tokio::time::timeout(Duration::from_secs(20), session)
-            .await
-            .unwrap()
-            .unwrap()
-            .unwrap();
+        let (code, out) = attach_echo(&mut rt, &id, t, "ping\n").await;
         assert_eq!(code, 0, "{t:?}");
-        assert_eq!(out.text(), "ping\ncat-done\n", "{t:?}");
+        assert_eq!(out, "ping\ncat-done\n", "{t:?}");
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             let st = rt
@@ -499,29 +476,7 @@ async fn attach_to_a_printing_container_and_to_cat_with_stdin_once() {
     c.stdin = true;
     let id = create_start(&p.h, &pod, &pc, c).await;
     for t in BOTH {
-        let url = rt
-            .attach(AttachRequest {
-                container_id: id.clone(),
-                stdin: true,
-                stdout: true,
-                ..Default::default()
-            })
-            .await
-            .unwrap()
-            .into_inner()
-            .url;
-        let (stdin_r, mut stdin_w) = tokio::io::duplex(1024);
-        let (io, out, _) = stdio(Some(Box::new(stdin_r)), false);
-        let session =
-            tokio::spawn(async move { client::remotecommand(&url, t, &Tls::default(), io).await });
-        stdin_w.write_all(b"hello\n").await.unwrap();
-        wait_until("the echo", || out.text().contains("hello\n")).await;
-        drop(stdin_w);
-        let code = tokio::time::timeout(Duration::from_secs(20), session)
-            .await
-            .expect("the attach ends with its stdin")
-            .unwrap()
-            .unwrap();
+        let (code, _) = attach_echo(&mut rt, &id, t, "hello\n").await;
         assert_eq!(code, 0, "{t:?}");
     }
     let st = rt
@@ -546,6 +501,44 @@ async fn attach_to_a_printing_container_and_to_cat_with_stdin_once() {
     .await
     .unwrap();
     assert_eq!(leftovers(&p), Vec::<String>::new());
+}
+
+/// Attaches to `id` with stdin, stdout and stderr, writes `line`, waits for
+/// its echo, closes stdin; the session must then end within 20 s. Returns
+/// its exit code and everything it printed.
+async fn attach_echo(
+    rt: &mut husk::api::cri::runtime_service_client::RuntimeServiceClient<
+        tonic::transport::Channel,
+    >,
+    id: &str,
+    t: Transport,
+    line: &str,
+) -> (i32, String) {
+    let url = rt
+        .attach(AttachRequest {
+            container_id: id.into(),
+            stdin: true,
+            stdout: true,
+            stderr: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .url;
+    let (stdin_r, mut stdin_w) = tokio::io::duplex(1024);
+    let (io, out, _) = stdio(Some(Box::new(stdin_r)), false);
+    let session =
+        tokio::spawn(async move { client::remotecommand(&url, t, &Tls::default(), io).await });
+    stdin_w.write_all(line.as_bytes()).await.unwrap();
+    wait_until("the echo", || out.text().contains(line)).await;
+    drop(stdin_w);
+    let code = tokio::time::timeout(Duration::from_secs(20), session)
+        .await
+        .expect("the attach ends with its stdin")
+        .unwrap()
+        .unwrap();
+    (code, out.text())
 }
 
 async fn http_get(pf: &PortForwarder, port: u16) -> Result<String, ClientError> {

@@ -2,6 +2,8 @@
 //! requested operations interleaved across them, and prints one table per
 //! operation with p50/p90/p99 and the ratios (or the whole report as JSON).
 
+use super::ratio;
+
 /// What `husk bench` was asked to measure.
 pub struct BenchArgs {
     pub endpoint: String,
@@ -128,10 +130,6 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
-}
-
-fn ratio(a: f64, b: f64) -> f64 {
-    a / b.max(f64::MIN_POSITIVE)
 }
 
 fn print_pull(image: &str, iterations: usize, results: &[super::PullResult]) {

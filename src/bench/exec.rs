@@ -115,8 +115,8 @@ pub fn report(iterations: usize, results: &[ExecResult]) -> String {
             "ratio {} / {}: p50 {:.2}x, p90 {:.2}x\n",
             a.runtime,
             b.runtime,
-            a.exec_sync.p50_ms / b.exec_sync.p50_ms.max(f64::MIN_POSITIVE),
-            a.exec_sync.p90_ms / b.exec_sync.p90_ms.max(f64::MIN_POSITIVE)
+            super::ratio(a.exec_sync.p50_ms, b.exec_sync.p50_ms),
+            super::ratio(a.exec_sync.p90_ms, b.exec_sync.p90_ms)
         );
     }
     out

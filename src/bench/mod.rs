@@ -30,6 +30,11 @@ pub fn turns(i: usize, n: usize) -> Vec<usize> {
     }
 }
 
+/// `a / b`, with b = 0 read as the smallest positive number.
+pub fn ratio(a: f64, b: f64) -> f64 {
+    a / b.max(f64::MIN_POSITIVE)
+}
+
 /// Percentiles of a set of durations.
 #[derive(Debug, Clone, Serialize)]
 pub struct Summary {

@@ -91,8 +91,8 @@ pub fn report(iterations: usize, results: &[RpcResult]) -> String {
             "ratio {} / {}: Version p50 {:.2}x, ListPodSandbox p50 {:.2}x\n",
             a.runtime,
             b.runtime,
-            a.version.p50_ms / b.version.p50_ms.max(f64::MIN_POSITIVE),
-            a.list_pod_sandbox.p50_ms / b.list_pod_sandbox.p50_ms.max(f64::MIN_POSITIVE)
+            super::ratio(a.version.p50_ms, b.version.p50_ms),
+            super::ratio(a.list_pod_sandbox.p50_ms, b.list_pod_sandbox.p50_ms)
         );
     }
     out

@@ -15,7 +15,7 @@ use super::spec::{self, ImageDefaults, PodContext};
 use super::{user, SpecError};
 use crate::api::cri::{ContainerConfig, NamespaceMode};
 use crate::api::shim::{
-    shim_request::Request, CreateRequest, DeleteRequest, ShimRequest, StartRequest, StateRequest,
+    shim_request::Request, CreateRequest, DeleteRequest, ShimRequest, StateRequest,
 };
 use crate::events::{Emitter, Kind};
 use crate::image::manager::{now_ns, KeyedLocks};
@@ -482,50 +482,6 @@ impl ContainerManager {
         self.events.emit(Kind::Created, id, sandbox_id);
         tracing::info!(container_id = %id, pod_sandbox_id = %sandbox_id, "container created");
         Ok(())
-    }
-
-    /// StartContainer.
-    pub async fn start(self: &Arc<Self>, id: &str) -> Result<(), SandboxError> {
-        let id = self
-            .resolve(id)
-            .ok_or_else(|| SandboxError::NotFound(format!("container {id}")))?;
-        let _l = self.locks.lock(&id).await;
-        let this = self.clone();
-        tokio::task::spawn_blocking(move || {
-            let mut r = this
-                .get(&id)
-                .ok_or_else(|| SandboxError::NotFound(format!("container {id}")))?;
-            if r.state != ContainerState::Created {
-                return Err(SandboxError::Invalid(format!(
-                    "container {id} is not in the created state"
-                )));
-            }
-            // Taken before the start: a process that ends at once must not
-            // look as if it finished before it started.
-            let started = now_ns();
-            shim_call(
-                &this.sandboxes.shim_dir(&r.sandbox_id),
-                Request::Start(StartRequest { id: id.clone() }),
-            )?;
-            r.state = ContainerState::Running;
-            r.started_at = started;
-            this.save_raising(&r, Kind::Started)?;
-            // An exit recorded before the state above was is not seen by
-            // the watcher's refresh: look once.
-            if this
-                .sandboxes
-                .shim_dir(&r.sandbox_id)
-                .join("exits")
-                .join(format!("{id}.json"))
-                .exists()
-            {
-                this.refresh(&id);
-            }
-            tracing::info!(container_id = %id, "container started");
-            Ok(())
-        })
-        .await
-        .map_err(err)?
     }
 
     /// The CRI config the container was created from.

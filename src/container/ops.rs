@@ -1,8 +1,11 @@
-//! StopContainer, RemoveContainer, ReopenContainerLog and ExecSync.
+//! StartContainer, StopContainer, RemoveContainer, ReopenContainerLog and
+//! ExecSync.
 
 use crate::api::shim::{
-    shim_request::Request, DeleteRequest, KillRequest, ReopenLogRequest, ShimRequest,
+    shim_request::Request, DeleteRequest, KillRequest, ReopenLogRequest, ShimRequest, StartRequest,
 };
+use crate::events::Kind;
+use crate::image::manager::now_ns;
 use crate::sandbox::SandboxError;
 use crate::shim::client;
 use std::sync::Arc;
@@ -11,6 +14,50 @@ use std::time::{Duration, Instant};
 use super::manager::*;
 
 impl ContainerManager {
+    /// StartContainer.
+    pub async fn start(self: &Arc<Self>, id: &str) -> Result<(), SandboxError> {
+        let id = self
+            .resolve(id)
+            .ok_or_else(|| SandboxError::NotFound(format!("container {id}")))?;
+        let _l = self.locks.lock(&id).await;
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut r = this
+                .get(&id)
+                .ok_or_else(|| SandboxError::NotFound(format!("container {id}")))?;
+            if r.state != ContainerState::Created {
+                return Err(SandboxError::Invalid(format!(
+                    "container {id} is not in the created state"
+                )));
+            }
+            // Taken before the start: a process that ends at once must not
+            // look as if it finished before it started.
+            let started = now_ns();
+            shim_call(
+                &this.sandboxes.shim_dir(&r.sandbox_id),
+                Request::Start(StartRequest { id: id.clone() }),
+            )?;
+            r.state = ContainerState::Running;
+            r.started_at = started;
+            this.save_raising(&r, Kind::Started)?;
+            // An exit recorded before the state above was is not seen by
+            // the watcher's refresh: look once.
+            if this
+                .sandboxes
+                .shim_dir(&r.sandbox_id)
+                .join("exits")
+                .join(format!("{id}.json"))
+                .exists()
+            {
+                this.refresh(&id);
+            }
+            tracing::info!(container_id = %id, "container started");
+            Ok(())
+        })
+        .await
+        .map_err(err)?
+    }
+
     /// StopContainer: the stop signal, then SIGKILL to every process after
     /// `timeout`; idempotent; an unknown id is success.
     pub async fn stop(self: &Arc<Self>, id: &str, timeout: Duration) -> Result<(), SandboxError> {

@@ -70,7 +70,13 @@ pub fn shell(image: &str, name: &str, script: &str, labels: &[(&str, &str)]) -> 
     c
 }
 
-pub async fn create(h: &Husk, pod: &str, pc: &PodSandboxConfig, c: ContainerConfig) -> String {
+/// CreateContainer, its answer as it came.
+pub async fn try_create(
+    h: &Husk,
+    pod: &str,
+    pc: &PodSandboxConfig,
+    c: ContainerConfig,
+) -> Result<String, tonic::Status> {
     h.runtime()
         .await
         .create_container(CreateContainerRequest {
@@ -79,16 +85,18 @@ pub async fn create(h: &Husk, pod: &str, pc: &PodSandboxConfig, c: ContainerConf
             sandbox_config: Some(pc.clone()),
         })
         .await
-        .unwrap_or_else(|e| {
-            panic!(
-                "create in {pod}: {e:?}\nshim log: {}\nserver log: {}",
-                std::fs::read_to_string(h.dir.path().join("run/s").join(pod).join("shim.log"))
-                    .unwrap_or_default(),
-                h.log()
-            )
-        })
-        .into_inner()
-        .container_id
+        .map(|r| r.into_inner().container_id)
+}
+
+pub async fn create(h: &Husk, pod: &str, pc: &PodSandboxConfig, c: ContainerConfig) -> String {
+    try_create(h, pod, pc, c).await.unwrap_or_else(|e| {
+        panic!(
+            "create in {pod}: {e:?}\nshim log: {}\nserver log: {}",
+            std::fs::read_to_string(h.dir.path().join("run/s").join(pod).join("shim.log"))
+                .unwrap_or_default(),
+            h.log()
+        )
+    })
 }
 
 pub async fn start(h: &Husk, id: &str) {
