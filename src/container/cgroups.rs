@@ -400,6 +400,39 @@ pub fn kill_all(layout: &Layout, cgroups_path: &str) -> usize {
     n
 }
 
+/// Removes the cgroup at `cgroups_path` in every hierarchy, after killing
+/// what is left in it (a half-made container whose runtime state was never
+/// written). Missing directories are fine; returns how many were removed.
+pub fn remove(layout: &Layout, cgroups_path: &str) -> usize {
+    let rel = cgroups_path.trim_start_matches('/');
+    if rel.is_empty() {
+        return 0;
+    }
+    kill_all(layout, cgroups_path);
+    let mut roots: Vec<&PathBuf> = match layout {
+        Layout::V1(m) => m.values().collect(),
+        Layout::V2(root) => vec![root],
+    };
+    roots.sort();
+    roots.dedup();
+    let mut n = 0;
+    for root in roots {
+        let dir = root.join(rel);
+        // A killed process leaves its cgroup a moment after the signal.
+        for _ in 0..200 {
+            match std::fs::remove_dir(&dir) {
+                Ok(()) => {
+                    n += 1;
+                    break;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
+                Err(_) => std::thread::sleep(std::time::Duration::from_millis(5)),
+            }
+        }
+    }
+    n
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

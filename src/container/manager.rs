@@ -90,7 +90,7 @@ pub(super) fn err(e: impl std::fmt::Display) -> SandboxError {
     SandboxError::Shim(e.to_string())
 }
 
-pub(super) fn shim_call(
+pub(crate) fn shim_call(
     dir: &Path,
     request: Request,
 ) -> Result<crate::api::shim::ShimResponse, SandboxError> {
@@ -163,6 +163,7 @@ impl ContainerManager {
         std::fs::create_dir_all(&dir).map_err(SandboxError::io("create containers dir"))?;
         let mut recs = HashMap::new();
         let mut names = HashMap::new();
+        let mut unfinished = Vec::new();
         for ent in std::fs::read_dir(&dir)
             .map_err(SandboxError::io("list containers"))?
             .flatten()
@@ -172,15 +173,11 @@ impl ContainerManager {
                     names.insert(r.reserved_name(&r.sandbox_id), r.id.clone());
                     recs.insert(r.id.clone(), r);
                 }
-                _ => {
-                    for m in crate::sys::mounts_under(&ent.path()) {
-                        let _ = rustix::mount::unmount(&m, rustix::mount::UnmountFlags::DETACH);
-                    }
-                    let _ = std::fs::remove_dir_all(ent.path());
-                }
+                // Never finished: undone below, once the manager exists.
+                _ => unfinished.push(ent.path()),
             }
         }
-        Ok(ContainerManager {
+        let m = ContainerManager {
             root: root.to_path_buf(),
             images,
             sandboxes,
@@ -189,7 +186,14 @@ impl ContainerManager {
             events,
             exits: super::exits::ExitWatch::new(),
             cpu_samples: Default::default(),
-        })
+        };
+        for dir in unfinished {
+            let id = dir.file_name().unwrap_or_default().to_string_lossy().into_owned();
+            let pod = std::fs::read_to_string(dir.join(super::recover::SANDBOX_FILE)).ok();
+            tracing::warn!(container_id = %id, "undoing an unfinished container");
+            m.discard(pod.as_deref(), &id);
+        }
+        Ok(m)
     }
 
     pub(super) fn dir(&self, id: &str) -> PathBuf {
@@ -271,11 +275,7 @@ impl ContainerManager {
             .map_err(err)?;
         if r.is_err() {
             self.lock().1.remove(&name);
-            let dir = self.dir(&id);
-            for m in crate::sys::mounts_under(&dir) {
-                let _ = rustix::mount::unmount(&m, rustix::mount::UnmountFlags::DETACH);
-            }
-            let _ = std::fs::remove_dir_all(dir);
+            self.discard(Some(sandbox_id), &id);
         }
         r.map(|_| id)
     }
@@ -292,6 +292,10 @@ impl ContainerManager {
             .get(sandbox_id)
             .ok_or_else(|| SandboxError::NotFound(sandbox_id.to_string()))?;
         let dir = self.dir(id);
+        std::fs::create_dir_all(&dir).map_err(SandboxError::io("create container dir"))?;
+        // First, so an interrupted create can be undone (recover.rs).
+        std::fs::write(dir.join(super::recover::SANDBOX_FILE), sandbox_id)
+            .map_err(SandboxError::io("create container dir"))?;
         for d in ["rootfs", "upper", "work", "volumes"] {
             std::fs::create_dir_all(dir.join(d))
                 .map_err(SandboxError::io("create container dir"))?;
@@ -381,13 +385,8 @@ impl ContainerManager {
             read_in_root(&rootfs, "etc/group").as_deref(),
         )
         .map_err(|SpecError(m)| SandboxError::Invalid(m))?;
-        let pod_cfg = self.sandboxes.saved_config(sandbox_id);
-        let parent = pod_cfg
-            .linux
-            .as_ref()
-            .map(|l| l.cgroup_parent.clone())
-            .filter(|p| !p.is_empty())
-            .unwrap_or_else(|| "/husk".into());
+        let parent =
+            crate::sandbox::manager::cgroup_parent(&self.sandboxes.saved_config(sandbox_id));
         let files = self.sandboxes.sandbox_dir(sandbox_id);
         let ctx = PodContext {
             netns: pod.netns.as_deref(),

@@ -8,6 +8,7 @@ mod exits;
 pub mod manager;
 pub mod mounts;
 mod ops;
+mod recover;
 pub mod resources;
 pub mod seccomp;
 pub mod spec;

@@ -99,7 +99,7 @@ pub struct SandboxManager {
     pub(super) locks: KeyedLocks,
 }
 
-pub(super) fn shim_call(dir: &Path, request: Request) -> Result<ShimResponse, SandboxError> {
+pub(crate) fn shim_call(dir: &Path, request: Request) -> Result<ShimResponse, SandboxError> {
     let resp = client::call(
         dir,
         &ShimRequest {
@@ -113,6 +113,15 @@ pub(super) fn shim_call(dir: &Path, request: Request) -> Result<ShimResponse, Sa
     } else {
         Err(SandboxError::Shim(resp.error))
     }
+}
+
+/// The pod cgroup parent of a config (husk's default when unset).
+pub fn cgroup_parent(c: &crate::api::cri::PodSandboxConfig) -> String {
+    c.linux
+        .as_ref()
+        .map(|l| l.cgroup_parent.clone())
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| "/husk".into())
 }
 
 pub(super) fn now_ns() -> i64 {
@@ -135,12 +144,9 @@ impl SandboxManager {
             let path = ent.path().join("sandbox.json");
             let rec: SandboxRecord = match atomic::read_json(&path) {
                 Ok(Some(r)) => r,
-                Ok(None) => {
-                    // Never finished: a crash inside RunPodSandbox.
-                    tracing::warn!(dir = %ent.path().display(), "removing unfinished sandbox dir");
-                    let _ = std::fs::remove_dir_all(ent.path());
-                    continue;
-                }
+                // Never finished (a crash inside RunPodSandbox): undone
+                // below, with the other unrecorded remnants.
+                Ok(None) => continue,
                 Err(e) => {
                     tracing::warn!(path = %path.display(), error = %e, "unreadable sandbox record");
                     continue;
@@ -155,6 +161,11 @@ impl SandboxManager {
             inner: Mutex::new(inner),
             locks: KeyedLocks::default(),
         };
+        // CNI results whose write a crash interrupted.
+        let _ = atomic::remove_stale_temps(&m.paths.root.join("cni-cache"));
+        for id in m.unrecorded() {
+            m.discard(&id);
+        }
         let ids: Vec<String> = m.lock_inner().records.keys().cloned().collect();
         for id in ids {
             m.refresh(&id);

@@ -6,14 +6,17 @@
 //!   `config.pb`: the PodSandboxConfig as sent; `resolv.conf`, `hostname`,
 //!   `hosts`: files the pod's containers share; `bundle/` (config.json,
 //!   rootfs = overlay of the pause image, `upper`, `work`).
-//! - `<state>/sandboxes/<id>/`: the shim's dir (socket, address, exits).
+//! - `<state>/s/<id>/`: the shim's dir (socket, address, exits).
 //! - `<state>/ns/<id>/{net,ipc,uts}`: pinned namespaces; `<root>/sandboxes/<id>/shm`: the pod's /dev/shm.
 //!
 //! RunPodSandbox is transactional: each step pushes its undo on a stack,
 //! and a failure unwinds the stack in reverse, so nothing half-made stays.
+//! A server killed mid-way leaves no record; what it did is undone at the
+//! next start (`recover.rs`).
 
 pub mod files;
 pub mod manager;
+mod recover;
 mod run;
 pub mod spec;
 mod teardown;

@@ -340,12 +340,7 @@ impl SandboxManager {
         if let Some(g) = sc.run_as_group {
             gid = g.value as u32;
         }
-        let parent = c
-            .linux
-            .as_ref()
-            .map(|l| l.cgroup_parent.clone())
-            .filter(|p| !p.is_empty())
-            .unwrap_or_else(|| "/husk".into());
+        let parent = cgroup_parent(c);
         let cgroups_path = format!("{}/{id}", parent.trim_end_matches('/'));
         let mut sysctls: Vec<(String, String)> = c
             .linux

@@ -52,3 +52,34 @@ pub fn pid(dir: &Path) -> Option<i32> {
         .and_then(|(_, rest)| rest.split_whitespace().next())?;
     (state != "Z" && state != "X").then_some(pid)
 }
+
+/// SIGKILLs every `husk shim --dir DIR` process, pid file or not (one
+/// that a killed server was still starting has none yet); returns how many.
+pub fn kill_strays(dir: &Path) -> usize {
+    let want = dir.as_os_str().as_encoded_bytes();
+    let mut n = 0;
+    for ent in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = ent
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(ent.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+        let is_shim = args
+            .windows(3)
+            .any(|w| w[0] == b"shim" && w[1] == b"--dir" && w[2] == want);
+        if is_shim {
+            if let Some(p) = rustix::process::Pid::from_raw(pid) {
+                if rustix::process::kill_process(p, rustix::process::Signal::KILL).is_ok() {
+                    n += 1;
+                }
+            }
+        }
+    }
+    n
+}
