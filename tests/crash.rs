@@ -116,7 +116,10 @@ async fn server_killed_inside_run_pod_sandbox_leaves_nothing_unlisted() {
         for c in calls {
             let _ = c.await;
         }
-        undone = p.h.log().matches("undoing an unfinished pod sandbox").count();
+        undone =
+            p.h.log()
+                .matches("undoing an unfinished pod sandbox")
+                .count();
         for s in list_pods(&p).await {
             assert_eq!(
                 status(&p.h, &s.id).await.unwrap().status.unwrap().id,
@@ -148,7 +151,9 @@ async fn server_killed_inside_container_calls_and_pod_teardown() {
         // server dies, the other is being stopped and removed.
         let pc = pod_config(&p, &format!("ctr-{round}"));
         let pod = run(&p.h, pc.clone()).await.unwrap();
-        let doomed = run(&p.h, p.config(&format!("doomed-{round}"))).await.unwrap();
+        let doomed = run(&p.h, p.config(&format!("doomed-{round}")))
+            .await
+            .unwrap();
         let calls: Vec<_> = (0..4)
             .map(|i| {
                 let (ep, pod, pc) = (p.h.endpoint(), pod.clone(), pc.clone());
@@ -205,6 +210,7 @@ async fn shim_killed_inside_create_and_start() {
     let mut p = setup(vec![]).await;
     let image = app_image(&p).await;
     for (round, ms) in SWEEP_MS.iter().enumerate() {
+        let t0 = std::time::Instant::now();
         let pc = pod_config(&p, &format!("shimkill-{round}"));
         let pod = run(&p.h, pc.clone()).await.unwrap();
         let shim_pid: i32 =
@@ -243,9 +249,11 @@ async fn shim_killed_inside_create_and_start() {
         )
         .unwrap();
         for c in calls {
-            // Failures are fine; an Internal answer must say what failed.
+            // Failures are fine, but they name the shim. (Calls to a dead
+            // shim used to wait out their 60 s timeout: a created
+            // container's init kept the shim's sockets open.)
             if let Err(e) = c.await.unwrap() {
-                assert!(!e.message().is_empty(), "{e:?}");
+                assert!(e.message().contains("shim"), "{e:?}");
             }
         }
         // The pod is reported NOTREADY, and the server keeps serving.
@@ -253,5 +261,8 @@ async fn shim_killed_inside_create_and_start() {
         assert_eq!(st.state, PodSandboxState::SandboxNotready as i32);
         remove_listed(&p).await;
         assert_clean(&mut p, &format!("after a shim kill at {ms} ms")).await;
+        if t0.elapsed() > Duration::from_secs(5) {
+            eprintln!("LOG{}", p.h.log());
+        }
     }
 }

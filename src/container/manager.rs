@@ -188,7 +188,11 @@ impl ContainerManager {
             cpu_samples: Default::default(),
         };
         for dir in unfinished {
-            let id = dir.file_name().unwrap_or_default().to_string_lossy().into_owned();
+            let id = dir
+                .file_name()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned();
             let pod = std::fs::read_to_string(dir.join(super::recover::SANDBOX_FILE)).ok();
             tracing::warn!(container_id = %id, "undoing an unfinished container");
             m.discard(pod.as_deref(), &id);

@@ -222,7 +222,9 @@ fn upstream(host: &str, server: String, f: HostFields) -> Result<Endpoint, Image
     fields_into(server, f, None, Path::new("/hosts.toml"))
 }
 
-fn parse(text: &str, host: &str, path: &Path) -> Result<Vec<Endpoint>, ImageError> {
+/// Parses one `hosts.toml` for `host`: its mirrors in order, then the
+/// upstream. `path` names the file in errors.
+pub fn parse(text: &str, host: &str, path: &Path) -> Result<Vec<Endpoint>, ImageError> {
     let file: HostsFile = toml::from_str(text)
         .map_err(|e| ImageError::Config(format!("{}: {}", path.display(), e.message().trim())))?;
     let mut out = Vec::new();

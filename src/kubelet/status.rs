@@ -49,14 +49,20 @@ fn termination_message(c: &ContainerView) -> Option<String> {
 
 /// The last `lines` lines (at most `max` bytes) of a CRI log file, text only.
 pub fn log_tail(path: &str, lines: usize, max: usize) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
+    log_tail_text(&std::fs::read(path).unwrap_or_default(), lines, max)
+}
+
+/// `log_tail` of a CRI log's bytes: partial records joined, lines that are
+/// not CRI records skipped.
+pub fn log_tail_text(text: &[u8], lines: usize, max: usize) -> String {
     let mut out: Vec<String> = Vec::new();
     let mut partial = String::new();
-    for l in text.lines() {
-        let mut f = l.splitn(4, ' ');
-        let (_, _, tag, body) = (f.next(), f.next(), f.next(), f.next().unwrap_or(""));
-        partial.push_str(body);
-        if tag != Some("P") {
+    for l in text.split(|b| *b == b'\n') {
+        let Some(rec) = crate::logs::parse_line(l) else {
+            continue;
+        };
+        partial.push_str(&String::from_utf8_lossy(rec.body));
+        if !rec.partial {
             out.push(std::mem::take(&mut partial));
         }
     }

@@ -32,6 +32,40 @@ impl Stream {
     }
 }
 
+/// One CRI log record, borrowed from its line (without the newline).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Record<'a> {
+    pub time: &'a [u8],
+    pub stream: Stream,
+    /// `P`: the line goes on in the next record of the stream.
+    pub partial: bool,
+    pub body: &'a [u8],
+}
+
+/// Parses `<time> <stdout|stderr> <tags> <body>`; tags are `:`-separated
+/// and the first is `P` or `F`, as the kubelet reads them. The time is
+/// taken as written. None for anything else (a foreign or torn line).
+pub fn parse_line(line: &[u8]) -> Option<Record<'_>> {
+    let mut f = line.splitn(4, |b| *b == b' ');
+    let time = f.next().filter(|t| !t.is_empty())?;
+    let stream = match f.next()? {
+        b"stdout" => Stream::Stdout,
+        b"stderr" => Stream::Stderr,
+        _ => return None,
+    };
+    let partial = match f.next()?.split(|b| *b == b':').next()? {
+        b"P" => true,
+        b"F" => false,
+        _ => return None,
+    };
+    Some(Record {
+        time,
+        stream,
+        partial,
+        body: f.next().unwrap_or_default(),
+    })
+}
+
 /// `YYYY-MM-DDTHH:MM:SS.nnnnnnnnnZ` for a time since the epoch.
 pub fn rfc3339_nano(t: SystemTime) -> String {
     let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();

@@ -86,11 +86,17 @@ impl NetworkList {
     }
 
     pub fn load(path: &Path) -> Result<NetworkList, CniError> {
+        let text = std::fs::read(path).map_err(io(format!("read {}", path.display())))?;
+        NetworkList::parse(&text, path)
+    }
+
+    /// Parses a network config's bytes; `path` names it in errors, and its
+    /// extension tells a `.conflist` from a single-plugin `.conf`.
+    pub fn parse(text: &[u8], path: &Path) -> Result<NetworkList, CniError> {
         let bad = |reason: String| CniError::BadConfig {
             path: path.to_path_buf(),
             reason,
         };
-        let text = std::fs::read(path).map_err(io(format!("read {}", path.display())))?;
         let v: Value = serde_json::from_slice(&text).map_err(|e| bad(e.to_string()))?;
         let name = v["name"]
             .as_str()

@@ -65,7 +65,7 @@ impl SandboxManager {
                 if !has_state {
                     break;
                 }
-                if let Err(e) = client::spawn(&self.paths.exe, &shim_dir) {
+                if let Err(e) = client::ensure(&self.paths.exe, &shim_dir) {
                     tracing::warn!(pod_sandbox_id = %id, error = %e, "no shim to clean up with");
                     break;
                 }

@@ -20,7 +20,7 @@ impl SandboxManager {
     pub fn ensure_shim(&self, sandbox_id: &str, container: &str) -> Result<(), SandboxError> {
         let shim_dir = self.shim_dir(sandbox_id);
         if client::pid(&shim_dir).is_none() && shim_dir.join("youki").join(container).exists() {
-            client::spawn(&self.paths.exe, &shim_dir)
+            client::ensure(&self.paths.exe, &shim_dir)
                 .map_err(|e| SandboxError::Shim(e.to_string()))?;
         }
         Ok(())

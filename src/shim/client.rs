@@ -29,15 +29,87 @@ pub fn spawn(exe: &Path, dir: &Path) -> io::Result<()> {
     Ok(())
 }
 
+/// Starts a shim for `dir` unless one is running there. Serialized, so
+/// concurrent callers (removals and failed creates of one pod's
+/// containers after its shim was killed) start one shim, not several.
+pub fn ensure(exe: &Path, dir: &Path) -> io::Result<()> {
+    static RESPAWN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _g = RESPAWN.lock().unwrap_or_else(|p| p.into_inner());
+    if pid(dir).is_some() {
+        return Ok(());
+    }
+    spawn(exe, dir)
+}
+
 /// One request to the shim whose state dir is `dir`.
 pub fn call(dir: &Path, req: &ShimRequest, timeout: Duration) -> io::Result<ShimResponse> {
     let addr = std::fs::read_to_string(dir.join("address"))?;
+    // A dead shim's socket can still accept connections (see below), so
+    // liveness is checked first, by its pid file (written before the
+    // address).
+    let Some(shim) = pid(dir) else {
+        return Err(io::Error::new(
+            io::ErrorKind::NotConnected,
+            "the shim is not running",
+        ));
+    };
     let mut s = UnixStream::connect(addr.trim())?;
-    s.set_read_timeout(Some(timeout))?;
     s.set_write_timeout(Some(timeout))?;
     write_msg(&mut s, req)?;
-    read_msg(&mut s)
+    // The answer is awaited while that shim lives: a killed shim's sockets
+    // (the listener and this connection) may stay open in a process it
+    // forked (a created init holds every fd until it execs), so the end of
+    // file may never come. Reads wait a little at a time, and between
+    // them the shim's liveness and the deadline are checked.
+    let deadline = std::time::Instant::now() + timeout;
+    s.set_read_timeout(Some(SHIM_ALIVE_CHECK))?;
+    let mut buf: Vec<u8> = Vec::new();
+    let mut chunk = vec![0u8; 64 << 10];
+    loop {
+        if buf.len() >= 4 {
+            let len = u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
+            if buf.len() >= 4 + len || len > super::wire::MAX_FRAME {
+                return read_msg(&mut buf.as_slice());
+            }
+        }
+        match io::Read::read(&mut s, &mut chunk) {
+            Ok(0) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the shim closed the connection without an answer",
+                ))
+            }
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock
+                        | io::ErrorKind::TimedOut
+                        | io::ErrorKind::Interrupted
+                ) =>
+            {
+                // Gone, or replaced by a fresh shim (this connection may
+                // then sit in the dead one's backlog).
+                if pid(dir) != Some(shim) {
+                    return Err(io::Error::new(
+                        io::ErrorKind::BrokenPipe,
+                        "the shim died before it answered",
+                    ));
+                }
+                if std::time::Instant::now() >= deadline {
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!("no answer from the shim in {timeout:?}"),
+                    ));
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
+
+/// How often a pending call checks that its shim is still alive.
+const SHIM_ALIVE_CHECK: Duration = Duration::from_millis(100);
 
 /// The monitor's pid, if its pid file names a live (not zombie) process.
 pub fn pid(dir: &Path) -> Option<i32> {
@@ -59,11 +131,7 @@ pub fn kill_strays(dir: &Path) -> usize {
     let want = dir.as_os_str().as_encoded_bytes();
     let mut n = 0;
     for ent in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Some(pid) = ent
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<i32>().ok())
-        else {
+        let Some(pid) = ent.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
             continue;
         };
         let Ok(cmdline) = std::fs::read(ent.path().join("cmdline")) else {
