@@ -1,5 +1,5 @@
 # husk: common tasks. Every target installs what it needs first.
-.PHONY: setup build package test demo bench-pull bench-sandbox bench-containers bench-exec bench-stream bench-rpc lint
+.PHONY: setup build package test fuzz demo bench-pull bench-sandbox bench-containers bench-exec bench-stream bench-rpc lint
 
 setup:
 	bash packaging/setup-dev.sh
@@ -11,10 +11,16 @@ build: setup
 package: build
 	bash packaging/build-deb.sh
 
-# Every test: unit tests and the root integration suite (real registry,
-# real kernel mounts). Must run as root.
+# Every test: unit tests, the root integration suite (real registry,
+# real kernel mounts) and a bounded run of every fuzz target. As root.
 test: setup
 	cargo test --all-targets
+	bash packaging/fuzz.sh
+
+# Every fuzz target (tests/fuzz) for FUZZ_SECONDS each (default 30), from
+# its seed corpus; `make test` runs it too.
+fuzz: setup
+	bash packaging/fuzz.sh
 
 lint:
 	cargo fmt --check

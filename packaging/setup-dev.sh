@@ -44,4 +44,6 @@ command -v cargo >/dev/null || {
   echo "setup: cargo (a Rust toolchain) is required: install rustup's stable toolchain first" >&2
   exit 1
 }
+# cargo fuzz (libFuzzer) for the fuzz targets in tests/fuzz.
+cargo fuzz --version >/dev/null 2>&1 || cargo install cargo-fuzz --locked
 exit 0

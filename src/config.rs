@@ -80,6 +80,8 @@ pub struct CniConfig {
     pub conf_dir: PathBuf,
     /// Where plugin binaries are searched, in order.
     pub bin_dirs: Vec<PathBuf>,
+    /// Seconds a plugin may run (ADD or DEL) before it is killed.
+    pub plugin_timeout_secs: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -121,6 +123,7 @@ impl Default for CniConfig {
         CniConfig {
             conf_dir: "/etc/cni/net.d".into(),
             bin_dirs: vec!["/opt/cni/bin".into(), "/usr/lib/cni".into()],
+            plugin_timeout_secs: 60,
         }
     }
 }
@@ -217,6 +220,11 @@ impl Config {
                 "registry.stall_timeout_secs: must be at least 1".into(),
             ));
         }
+        if self.cni.plugin_timeout_secs == 0 {
+            return Err(ConfigError(
+                "cni.plugin_timeout_secs: must be at least 1".into(),
+            ));
+        }
         if self
             .streaming
             .address
@@ -291,6 +299,9 @@ stall_timeout_secs = {stall}
 conf_dir = {conf_dir:?}
 # Plugin binary directories, searched in order.
 bin_dirs = [{bins}]
+# Seconds a plugin (ADD or DEL) may run before it is killed and the call
+# fails; a StopPodSandbox whose DEL failed retries it on the next call.
+plugin_timeout_secs = {cni_timeout}
 
 [cgroup]
 # Only "cgroupfs" (nodes without systemd).
@@ -317,6 +328,7 @@ token_ttl_secs = {ttl}
             stall = d.registry.stall_timeout_secs,
             conf_dir = d.cni.conf_dir.display().to_string(),
             bins = bins.join(", "),
+            cni_timeout = d.cni.plugin_timeout_secs,
             driver = d.cgroup.driver,
             saddr = d.streaming.address,
             ttl = d.streaming.token_ttl_secs,

@@ -19,7 +19,15 @@ pub enum Kind {
     DeadlineExceeded,
     Unauthenticated,
     PermissionDenied,
+    /// Out of space (a full disk or quota), or a message over the limit.
+    ResourceExhausted,
     Internal,
+}
+
+/// Whether an I/O error means the disk (or the quota) is full.
+pub fn is_out_of_space(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT))
+        || e.kind() == std::io::ErrorKind::StorageFull
 }
 
 /// The crate-wide error.
@@ -61,6 +69,7 @@ impl From<Kind> for tonic::Code {
             Kind::DeadlineExceeded => tonic::Code::DeadlineExceeded,
             Kind::Unauthenticated => tonic::Code::Unauthenticated,
             Kind::PermissionDenied => tonic::Code::PermissionDenied,
+            Kind::ResourceExhausted => tonic::Code::ResourceExhausted,
             Kind::Internal => tonic::Code::Internal,
         }
     }

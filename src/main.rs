@@ -40,6 +40,12 @@ struct ServeFlags {
     /// CNI plugin directories, colon-separated [default: /opt/cni/bin:/usr/lib/cni].
     #[arg(long)]
     cni_bin_dir: Option<String>,
+    /// Seconds a blob download may make no progress [default: 60].
+    #[arg(long)]
+    registry_stall_timeout: Option<u64>,
+    /// Seconds a CNI plugin may run before it is killed [default: 60].
+    #[arg(long)]
+    cni_plugin_timeout: Option<u64>,
     /// The pause image [default: registry.k8s.io/pause:3.10].
     #[arg(long)]
     sandbox_image: Option<String>,
@@ -267,6 +273,12 @@ fn load_config(f: &ServeFlags) -> Result<Config, husk::config::ConfigError> {
             .filter(|s| !s.is_empty())
             .map(PathBuf::from)
             .collect();
+    }
+    if let Some(v) = f.registry_stall_timeout {
+        c.registry.stall_timeout_secs = v;
+    }
+    if let Some(v) = f.cni_plugin_timeout {
+        c.cni.plugin_timeout_secs = v;
     }
     if let Some(v) = &f.sandbox_image {
         c.sandbox_image = v.clone();

@@ -657,6 +657,39 @@ async fn exec_sync_output_exit_code_timeout_and_no_zombies() {
         .into_inner();
     assert_eq!((r.exit_code, r.stdout.len()), (0, 3 << 20));
 
+    // Past 16 MiB a stream is cut, and the cut is marked; the shim does
+    // not grow past its bound, and exec leaves no file behind.
+    let shim_dir = p.h.dir.path().join("run/s").join(&pod);
+    let files_before = common::count_files(&shim_dir);
+    let r = rt
+        .exec_sync(exec(
+            &[
+                "/bin/sh",
+                "-c",
+                "dd if=/dev/zero bs=1048576 count=20 2>/dev/null; echo done >&2",
+            ],
+            30,
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let mark = b"\n[husk: output truncated at 16 MiB]\n";
+    assert_eq!(r.stdout.len(), (16 << 20) + mark.len());
+    assert!(r.stdout.ends_with(mark));
+    assert_eq!(r.stderr, b"done\n", "the other stream is whole");
+    assert_eq!(common::count_files(&shim_dir), files_before);
+    let shim_pid = std::fs::read_to_string(shim_dir.join("shim.pid")).unwrap();
+    let status = std::fs::read_to_string(format!("/proc/{}/status", shim_pid.trim())).unwrap();
+    let hwm_kb: u64 = status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .unwrap()
+        .parse()
+        .unwrap();
+    // 16 MiB kept, one 64 KiB read buffer, the encoded answer: well under 96 MiB.
+    assert!(hwm_kb < 96 * 1024, "shim peak RSS {hwm_kb} kB");
+
     // A missing binary fails clearly; an unknown container is NotFound.
     assert!(rt.exec_sync(exec(&["/no/such/binary"], 5)).await.is_err());
     let e = rt

@@ -29,6 +29,7 @@ impl TestNet {
         let cni = Cni {
             bin_dirs: vec![PathBuf::from("/usr/lib/cni")],
             cache_dir: dir.path().join("cache"),
+            timeout: std::time::Duration::from_secs(30),
         };
         TestNet { dir, tn, net, cni }
     }

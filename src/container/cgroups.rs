@@ -397,6 +397,18 @@ pub fn kill_all(layout: &Layout, cgroups_path: &str) -> usize {
             }
         }
     }
+    // Killed is not yet gone: wait (briefly) until the cgroup is empty, so
+    // that nothing of the container runs once its stop has returned.
+    if n > 0 {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        while std::time::Instant::now() < deadline
+            && dirs.iter().any(|d| {
+                std::fs::read_to_string(d.join("cgroup.procs")).is_ok_and(|t| !t.trim().is_empty())
+            })
+        {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+    }
     n
 }
 

@@ -103,6 +103,9 @@ impl ImageError {
             ImageError::Transport { .. } => Kind::Unavailable,
             ImageError::Config(_) => Kind::FailedPrecondition,
             ImageError::Timeout(_) => Kind::DeadlineExceeded,
+            ImageError::Io { source, .. } if crate::error::is_out_of_space(source) => {
+                Kind::ResourceExhausted
+            }
             ImageError::Io { .. } | ImageError::Internal(_) => Kind::Internal,
         }
     }

@@ -18,7 +18,6 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -38,6 +37,12 @@ pub enum CniError {
         code: u32,
         msg: String,
         details: String,
+    },
+    #[error("CNI plugin {plugin} ({command}) did not finish in {after:?} and was killed")]
+    Timeout {
+        plugin: String,
+        command: String,
+        after: std::time::Duration,
     },
     #[error("CNI {what}: {source}")]
     Io {
@@ -97,7 +102,7 @@ impl NetworkList {
             path: path.to_path_buf(),
             reason,
         };
-        let v: Value = serde_json::from_slice(&text).map_err(|e| bad(e.to_string()))?;
+        let v: Value = serde_json::from_slice(text).map_err(|e| bad(e.to_string()))?;
         let name = v["name"]
             .as_str()
             .ok_or_else(|| bad("missing \"name\"".into()))?
@@ -190,6 +195,8 @@ struct CacheRecord {
 pub struct Cni {
     pub bin_dirs: Vec<PathBuf>,
     pub cache_dir: PathBuf,
+    /// How long one plugin run may take before it is killed.
+    pub timeout: std::time::Duration,
 }
 
 /// A pod's addresses from a CNI result, IPv4 first.
@@ -200,11 +207,13 @@ pub fn pod_ips(result: &Value) -> Vec<String> {
         let Some(addr) = ip["address"].as_str() else {
             continue;
         };
-        let addr = addr.split('/').next().unwrap_or(addr).to_string();
-        if addr.contains(':') {
-            v6.push(addr);
-        } else {
-            v4.push(addr);
+        // A plugin's garbage is not reported as the pod's address (found
+        // by the cni_result fuzz target: "10.1.2.3.16" was passed on).
+        let bare = addr.split('/').next().unwrap_or(addr);
+        match bare.parse::<std::net::IpAddr>() {
+            Ok(std::net::IpAddr::V4(a)) => v4.push(a.to_string()),
+            Ok(std::net::IpAddr::V6(a)) => v6.push(a.to_string()),
+            Err(_) => tracing::warn!(address = addr, "CNI result: not an IP address; ignored"),
         }
     }
     v4.extend(v6);
@@ -294,7 +303,7 @@ impl Cni {
             .map(|d| d.display().to_string())
             .collect::<Vec<_>>()
             .join(":");
-        let mut child = Command::new(&bin)
+        let child = std::os::unix::process::CommandExt::process_group(&mut Command::new(&bin), 0)
             .env_clear()
             .env("CNI_COMMAND", command)
             .env("CNI_CONTAINERID", &att.container_id)
@@ -308,14 +317,14 @@ impl Cni {
             .stderr(Stdio::piped())
             .spawn()
             .map_err(io(format!("start {}", bin.display())))?;
-        if let Some(mut stdin) = child.stdin.take() {
-            stdin
-                .write_all(&conf)
-                .map_err(io(format!("write config to {kind}")))?;
-        }
-        let out = child
-            .wait_with_output()
-            .map_err(io(format!("wait for {kind}")))?;
+        let out = super::bounded::run(child, conf, self.timeout).map_err(|e| match e {
+            super::bounded::Bounded::TimedOut => CniError::Timeout {
+                plugin: kind.clone(),
+                command: command.to_string(),
+                after: self.timeout,
+            },
+            super::bounded::Bounded::Io(e) => io(format!("run {kind}"))(e),
+        })?;
         if !out.status.success() {
             let err: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
             let stderr = String::from_utf8_lossy(&out.stderr).trim().to_string();
@@ -412,6 +421,15 @@ impl Cni {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pod_ips_are_addresses_v4_first() {
+        let r = serde_json::json!({"ips": [
+            {"address": "fd00::5/64"}, {"address": "10.1.2.3.16"},
+            {"address": "10.88.0.5/24"}, {"address": 7}, {"address": "nonsense"}
+        ]});
+        assert_eq!(pod_ips(&r), vec!["10.88.0.5", "fd00::5"]);
+    }
 
     #[test]
     fn runtime_config_only_for_declared_capabilities() {

@@ -30,6 +30,8 @@ pub struct SandboxPaths {
     pub state: PathBuf,
     pub cni_conf_dir: PathBuf,
     pub cni_bin_dirs: Vec<PathBuf>,
+    /// How long a CNI plugin may run.
+    pub cni_timeout: Duration,
     pub sandbox_image: String,
     /// The husk binary, run as `husk shim`.
     pub exe: PathBuf,
@@ -250,6 +252,7 @@ impl SandboxManager {
 
     pub(super) fn cni(&self) -> Cni {
         Cni {
+            timeout: self.paths.cni_timeout,
             bin_dirs: self.paths.cni_bin_dirs.clone(),
             cache_dir: self.paths.root.join("cni-cache"),
         }

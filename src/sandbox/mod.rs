@@ -74,6 +74,12 @@ impl SandboxError {
             SandboxError::Cni(crate::network::cni::CniError::NoConfig(_)) => {
                 Kind::FailedPrecondition
             }
+            SandboxError::Cni(crate::network::cni::CniError::Timeout { .. }) => {
+                Kind::DeadlineExceeded
+            }
+            SandboxError::Io { source, .. } if crate::error::is_out_of_space(source) => {
+                Kind::ResourceExhausted
+            }
             SandboxError::Cni(_) | SandboxError::Io { .. } | SandboxError::Shim(_) => {
                 Kind::Internal
             }

@@ -1,4 +1,5 @@
-//! The caller's deadline, answered as gRPC defines it.
+//! The caller's deadline, answered as gRPC defines it (and an oversized
+//! request, answered RESOURCE_EXHAUSTED).
 //!
 //! A client's deadline arrives as the `grpc-timeout` header. tonic's own
 //! timer answers CANCELLED ("Timeout expired") when it passes; CRI callers
@@ -55,11 +56,11 @@ where
         let fut = self.inner.call(req);
         Box::pin(async move {
             let Some(t) = timeout else {
-                return fut.await;
+                return fut.await.map(oversized_is_exhausted);
             };
             let early = t.saturating_sub(Duration::from_millis(1));
             match tokio::time::timeout(early, fut).await {
-                Ok(r) => r,
+                Ok(r) => r.map(oversized_is_exhausted),
                 Err(_) => {
                     tracing::debug!(method = %path, timeout = ?t, "deadline exceeded");
                     Ok(tonic::Status::deadline_exceeded(format!(
@@ -70,6 +71,24 @@ where
             }
         })
     }
+}
+
+/// A request over the size limit is refused by tonic with OUT_OF_RANGE;
+/// gRPC (and grpc-go, which the kubelet's peers are) says
+/// RESOURCE_EXHAUSTED. Such refusals come before the handler, as a
+/// trailers-only response, so the status is in the headers.
+fn oversized_is_exhausted<RB>(mut resp: http::Response<RB>) -> http::Response<RB> {
+    let h = resp.headers();
+    let oversized = h.get("grpc-status").map(|v| v.as_bytes()) == Some(b"11")
+        && h.get("grpc-message")
+            .and_then(|v| v.to_str().ok())
+            // grpc-message is percent-encoded.
+            .is_some_and(|m| m.replace("%20", " ").contains("message length too large"));
+    if oversized {
+        resp.headers_mut()
+            .insert("grpc-status", http::HeaderValue::from_static("8"));
+    }
+    resp
 }
 
 /// Parses a `grpc-timeout` value: up to 8 digits and a unit (H, M, S, m, u,

@@ -105,6 +105,7 @@ pub async fn serve(cfg: Config) -> anyhow::Result<()> {
         state: cfg.state.clone(),
         cni_conf_dir: cfg.cni.conf_dir.clone(),
         cni_bin_dirs: cfg.cni.bin_dirs.clone(),
+        cni_timeout: std::time::Duration::from_secs(cfg.cni.plugin_timeout_secs),
         sandbox_image: cfg.sandbox_image.clone(),
         exe: std::env::current_exe().context("locate the husk binary")?,
     };

@@ -70,6 +70,34 @@ pub fn sweep_notify_sockets(container_dir: &Path) {
     }
 }
 
+/// The notify sockets in a container's state dir now.
+pub fn notify_sockets(container_dir: &Path) -> std::collections::HashSet<std::ffi::OsString> {
+    std::fs::read_dir(container_dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name())
+        .filter(|n| {
+            let n = n.to_string_lossy();
+            n.starts_with("tenant-notify-") && n.ends_with(".sock")
+        })
+        .collect()
+}
+
+/// Removes the notify sockets not in `before`: the one an exec just made.
+/// Its handshake is over once libcontainer's builder has returned (the
+/// builder itself connects to it), so no exec leaves a file behind.
+pub fn remove_new_notify_sockets(
+    container_dir: &Path,
+    before: &std::collections::HashSet<std::ffi::OsString>,
+) {
+    for n in notify_sockets(container_dir) {
+        if !before.contains(&n) {
+            let _ = std::fs::remove_file(container_dir.join(n));
+        }
+    }
+}
+
 /// Starts `req` in container `req.id`; the caller keeps the pending exec.
 pub fn start(
     youki: &Path,
@@ -86,6 +114,7 @@ pub fn start(
         let (out_r, out_w) = pipe()?;
         let (err_r, err_w) = pipe()?;
         let stdin = std::fs::File::open("/dev/null").map_err(|e| e.to_string())?;
+        let sockets = notify_sockets(&youki.join(&req.id));
         let pid = super::fork::in_child(|| {
             let executor = write_process(youki, &req.id, &req.args, &file)?;
             ContainerBuilder::new(req.id.clone(), SyscallType::default())
@@ -105,6 +134,7 @@ pub fn start(
         .inspect_err(|_| {
             let _ = std::fs::remove_file(&file);
         })?;
+        remove_new_notify_sockets(&youki.join(&req.id), &sockets);
         Ok((pid, [out_r, err_r], file))
     })();
     match r {

@@ -481,6 +481,7 @@ fn start_exec(
         let stderr = out_end(req.stderr, &mut which.stderr)?;
         b = b.with_stdin(stdin).with_stdout(stdout).with_stderr(stderr);
     }
+    let sockets = super::exec::notify_sockets(&youki.join(&req.id));
     let built = b
         .with_executor(executor)
         .as_tenant()
@@ -488,6 +489,7 @@ fn start_exec(
         .with_detach(true)
         .build();
     let _ = std::fs::remove_file(&file);
+    super::exec::remove_new_notify_sockets(&youki.join(&req.id), &sockets);
     let pid = match built {
         Ok(pid) => pid.as_raw(),
         Err(e) => {

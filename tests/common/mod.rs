@@ -133,3 +133,74 @@ pub fn http_get_until(port: u16, path: &str, want: &str) -> String {
     }
     body
 }
+
+/// What a `fault_proxy` does to a connection once `after` bytes of the
+/// answer have passed.
+#[derive(Debug, Clone, Copy)]
+pub enum Fault {
+    /// A TCP reset (SO_LINGER 0, then close).
+    Reset { after: usize },
+    /// Nothing more is sent; the connection stays open.
+    Stall { after: usize },
+}
+
+/// A TCP proxy on 127.0.0.1 to `upstream` that injects `fault` into every
+/// connection's answer stream.
+pub async fn fault_proxy(upstream: u16, fault: Fault) -> (u16, tokio::task::JoinHandle<()>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    let h = tokio::spawn(async move {
+        loop {
+            let Ok((client, _)) = l.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let Ok(server) = tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await
+                else {
+                    return;
+                };
+                let (mut sr, mut sw) = server.into_split();
+                let (mut cr, mut cw) = client.into_split();
+                let up = tokio::spawn(async move {
+                    let _ = tokio::io::copy(&mut cr, &mut sw).await;
+                });
+                let after = match fault {
+                    Fault::Reset { after } | Fault::Stall { after } => after,
+                };
+                let mut sent = 0usize;
+                let mut buf = vec![0u8; 16 * 1024];
+                loop {
+                    let n = match sr.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => n.min(after.saturating_sub(sent)),
+                    };
+                    if cw.write_all(&buf[..n]).await.is_err() {
+                        break;
+                    }
+                    sent += n;
+                    if sent >= after {
+                        match fault {
+                            Fault::Reset { .. } => {
+                                // No FIN first: the close resets.
+                                let _ = rustix::net::sockopt::set_socket_linger(
+                                    cw.as_ref(),
+                                    Some(std::time::Duration::ZERO),
+                                );
+                                cw.forget();
+                                up.abort();
+                                return;
+                            }
+                            Fault::Stall { .. } => {
+                                tokio::time::sleep(std::time::Duration::from_secs(3600)).await;
+                            }
+                        }
+                        break;
+                    }
+                }
+                up.abort();
+            });
+        }
+    });
+    (port, h)
+}

@@ -27,19 +27,26 @@ pub fn pause_image() -> super::images::Image {
 }
 
 pub async fn setup(extra: Vec<serde_json::Value>) -> Pod {
+    setup_with(extra, "/usr/lib/cni", vec![]).await
+}
+
+/// `setup` with CNI plugins searched in `bin_dirs` (colon-separated) and
+/// more server flags.
+pub async fn setup_with(extra: Vec<serde_json::Value>, bin_dirs: &str, args: Vec<String>) -> Pod {
     let reg = Registry::start();
     Pusher::new(&reg)
         .image("k8s/pause", "test", &pause_image(), Format::Oci)
         .await;
     let ipam = tempfile::tempdir().unwrap();
     let net = TestNetwork::new(ipam.path());
-    let h = Husk::start_with(vec![
+    let mut flags = vec![
         "--sandbox-image".into(),
         format!("{}/k8s/pause:test", reg.host()),
         "--cni-bin-dir".into(),
-        "/usr/lib/cni".into(),
-    ])
-    .await;
+        bin_dirs.into(),
+    ];
+    flags.extend(args);
+    let h = Husk::start_with(flags).await;
     net.write(&h.dir.path().join("net.d"), extra);
     Pod {
         cgroup_parent: format!("husk-test-{:08x}", rand::random::<u32>()),

@@ -36,6 +36,15 @@ use crate::api::cri::*;
 use std::sync::Arc;
 use tonic::{Request, Response, Status};
 
+/// An id the caller must give: InvalidArgument naming the field if empty
+/// (an empty id never names an object, and no prefix lookup may match it).
+pub(crate) fn required(field: &str, value: &str) -> Result<(), Status> {
+    if value.is_empty() {
+        return Err(Status::invalid_argument(format!("{field} is required")));
+    }
+    Ok(())
+}
+
 pub struct Runtime {
     state: Arc<State>,
 }
