@@ -13,7 +13,8 @@ flags=(--fuzz-dir "$dir" --sanitizer none)
 cargo fuzz build "${flags[@]}"
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
-for t in $(cargo fuzz list --fuzz-dir "$dir"); do
+# FUZZ_TARGETS="a b" runs only those.
+for t in ${FUZZ_TARGETS:-$(cargo fuzz list --fuzz-dir "$dir")}; do
   mkdir -p "$scratch/$t"
   echo "fuzz: $t for ${secs}s"
   rc=0

@@ -147,13 +147,22 @@ async fn server_killed_inside_container_calls_and_pod_teardown() {
     let mut p = setup(vec![]).await;
     let image = app_image(&p).await;
     for (round, ms) in SWEEP_MS.iter().enumerate() {
-        // Two pods: one gets containers created and started while the
-        // server dies, the other is being stopped and removed.
+        // Two pods: one gets containers created and started (and one
+        // removed) while the server dies, the other is being stopped and
+        // removed.
         let pc = pod_config(&p, &format!("ctr-{round}"));
         let pod = run(&p.h, pc.clone()).await.unwrap();
         let doomed = run(&p.h, p.config(&format!("doomed-{round}")))
             .await
             .unwrap();
+        // A running container, removed while the server dies.
+        let victim = create_start(
+            &p.h,
+            &pod,
+            &pc,
+            ccfg(&image, "victim", &[], &["sleep 3600"]),
+        )
+        .await;
         let calls: Vec<_> = (0..4)
             .map(|i| {
                 let (ep, pod, pc) = (p.h.endpoint(), pod.clone(), pc.clone());
@@ -184,11 +193,15 @@ async fn server_killed_inside_container_calls_and_pod_teardown() {
             let ep = p.h.endpoint();
             tokio::spawn(async move {
                 let ch = husk::cli::connect(&ep).await.unwrap();
-                let _ = husk::api::cri::runtime_service_client::RuntimeServiceClient::new(ch)
-                    .remove_pod_sandbox(RemovePodSandboxRequest {
+                let mut rt = husk::api::cri::runtime_service_client::RuntimeServiceClient::new(ch);
+                let (_, _) = tokio::join!(
+                    rt.clone().remove_container(RemoveContainerRequest {
+                        container_id: victim,
+                    }),
+                    rt.remove_pod_sandbox(RemovePodSandboxRequest {
                         pod_sandbox_id: doomed,
                     })
-                    .await;
+                );
             })
         };
         tokio::time::sleep(Duration::from_millis(*ms)).await;

@@ -250,11 +250,19 @@ impl HeaderDecoder {
                 return Err(bad("spdy header block too large".into()));
             }
             plain.reserve(1024);
-            let before_in = self.z.total_in();
+            let (before_in, before_out) = (self.z.total_in(), self.z.total_out());
             match self
                 .z
                 .decompress_vec(input, &mut plain, FlushDecompress::Sync)
             {
+                Ok(_) if self.z.total_in() == before_in && self.z.total_out() == before_out => {
+                    // Input left that zlib takes no more of (bytes after the
+                    // stream's end): an error, not a loop (found by the
+                    // spdy_frames fuzz target: 16 bytes hung the reader).
+                    if !input.is_empty() {
+                        return Err(bad("spdy header block: bytes zlib does not take".into()));
+                    }
+                }
                 Ok(_) => {}
                 Err(e) if e.needs_dictionary().is_some() => {
                     self.z
@@ -484,6 +492,13 @@ mod tests {
         assert_eq!(dictionary().len(), 1423);
         assert!(dictionary().starts_with(b"\0\0\0\x07options"));
         assert!(dictionary().ends_with(b"enq=0."));
+    }
+
+    #[test]
+    fn bytes_after_the_zlib_stream_end_are_an_error_not_a_hang() {
+        // The spdy_frames fuzz target's timeout input.
+        let block = b"x\x01\x03\x00\x00\x00\x00\x01zY%\x00E}\xa2\x00";
+        assert!(HeaderDecoder::new().decode(block).is_err());
     }
 
     #[tokio::test]
