@@ -194,8 +194,9 @@ async fn server_killed_inside_container_calls_and_pod_teardown() {
             tokio::spawn(async move {
                 let ch = husk::cli::connect(&ep).await.unwrap();
                 let mut rt = husk::api::cri::runtime_service_client::RuntimeServiceClient::new(ch);
+                let mut rt2 = rt.clone();
                 let (_, _) = tokio::join!(
-                    rt.clone().remove_container(RemoveContainerRequest {
+                    rt2.remove_container(RemoveContainerRequest {
                         container_id: victim,
                     }),
                     rt.remove_pod_sandbox(RemovePodSandboxRequest {
