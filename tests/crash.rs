@@ -18,59 +18,13 @@ use std::time::Duration;
 /// step to after the last, for calls that take 50–500 ms under this load.
 const SWEEP_MS: [u64; 7] = [0, 15, 40, 80, 150, 300, 600];
 
-async fn list_pods(p: &Pod) -> Vec<PodSandbox> {
-    p.h.runtime()
-        .await
-        .list_pod_sandbox(ListPodSandboxRequest { filter: None })
-        .await
-        .unwrap()
-        .into_inner()
-        .items
-}
-
-async fn list_containers(p: &Pod) -> Vec<Container> {
-    p.h.runtime()
-        .await
-        .list_containers(ListContainersRequest { filter: None })
-        .await
-        .unwrap()
-        .into_inner()
-        .containers
-}
-
-/// Removes everything listed (containers, then pods), as a kubelet would
-/// after a restart, and checks each listed state is one CRI allows.
-async fn remove_listed(p: &Pod) {
-    let mut rt = p.h.runtime().await;
-    for c in list_containers(p).await {
-        assert!(
-            matches!(
-                ContainerState::try_from(c.state),
-                Ok(ContainerState::ContainerCreated
-                    | ContainerState::ContainerRunning
-                    | ContainerState::ContainerExited
-                    | ContainerState::ContainerUnknown)
-            ),
-            "{c:?}"
-        );
-        rt.remove_container(RemoveContainerRequest {
-            container_id: c.id.clone(),
-        })
-        .await
-        .unwrap_or_else(|e| panic!("remove container {}: {e:?}\n{}", c.id, p.h.log()));
-    }
-    for s in list_pods(p).await {
-        rt.stop_pod_sandbox(StopPodSandboxRequest {
-            pod_sandbox_id: s.id.clone(),
-        })
-        .await
-        .unwrap_or_else(|e| panic!("stop pod {}: {e:?}\n{}", s.id, p.h.log()));
-        rt.remove_pod_sandbox(RemovePodSandboxRequest {
-            pod_sandbox_id: s.id.clone(),
-        })
-        .await
-        .unwrap_or_else(|e| panic!("remove pod {}: {e:?}\n{}", s.id, p.h.log()));
-    }
+/// A client of its own, for a call in flight while the server dies.
+async fn client(
+    ep: &str,
+) -> husk::api::cri::runtime_service_client::RuntimeServiceClient<tonic::transport::Channel> {
+    husk::api::cri::runtime_service_client::RuntimeServiceClient::new(
+        husk::cli::connect(ep).await.unwrap(),
+    )
 }
 
 /// After the removals: nothing left, and a second restart has nothing to undo.
@@ -101,8 +55,8 @@ async fn server_killed_inside_run_pod_sandbox_leaves_nothing_unlisted() {
             .map(|i| {
                 let (ep, c) = (p.h.endpoint(), p.config(&format!("crash-{round}-{i}")));
                 tokio::spawn(async move {
-                    let ch = husk::cli::connect(&ep).await.unwrap();
-                    let _ = husk::api::cri::runtime_service_client::RuntimeServiceClient::new(ch)
+                    let _ = client(&ep)
+                        .await
                         .run_pod_sandbox(RunPodSandboxRequest {
                             config: Some(c),
                             runtime_handler: String::new(),
@@ -168,9 +122,7 @@ async fn server_killed_inside_container_calls_and_pod_teardown() {
                 let (ep, pod, pc) = (p.h.endpoint(), pod.clone(), pc.clone());
                 let c = ccfg(&image, &format!("c{i}"), &[], &["sleep 3600"]);
                 tokio::spawn(async move {
-                    let ch = husk::cli::connect(&ep).await.unwrap();
-                    let mut rt =
-                        husk::api::cri::runtime_service_client::RuntimeServiceClient::new(ch);
+                    let mut rt = client(&ep).await;
                     let Ok(r) = rt
                         .create_container(CreateContainerRequest {
                             pod_sandbox_id: pod,
@@ -192,8 +144,7 @@ async fn server_killed_inside_container_calls_and_pod_teardown() {
         let teardown = {
             let ep = p.h.endpoint();
             tokio::spawn(async move {
-                let ch = husk::cli::connect(&ep).await.unwrap();
-                let mut rt = husk::api::cri::runtime_service_client::RuntimeServiceClient::new(ch);
+                let mut rt = client(&ep).await;
                 let mut rt2 = rt.clone();
                 let (_, _) = tokio::join!(
                     rt2.remove_container(RemoveContainerRequest {
@@ -238,9 +189,7 @@ async fn shim_killed_inside_create_and_start() {
                 let (ep, pod, pc) = (p.h.endpoint(), pod.clone(), pc.clone());
                 let c = ccfg(&image, &format!("c{i}"), &[], &["sleep 3600"]);
                 tokio::spawn(async move {
-                    let ch = husk::cli::connect(&ep).await.unwrap();
-                    let mut rt =
-                        husk::api::cri::runtime_service_client::RuntimeServiceClient::new(ch);
+                    let mut rt = client(&ep).await;
                     let r = rt
                         .create_container(CreateContainerRequest {
                             pod_sandbox_id: pod,

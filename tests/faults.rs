@@ -341,26 +341,9 @@ async fn a_full_disk_fails_the_pull_and_drops_log_lines() {
     for l in text.lines() {
         assert!(husk::logs::parse_line(l.as_bytes()).is_some(), "{l:?}");
     }
-    stop_remove_all(&p).await;
+    remove_listed(&p).await;
     drop(logs);
     assert_eq!(leftovers(&p), Vec::<String>::new());
-}
-
-async fn stop_remove_all(p: &Pod) {
-    let mut rt = p.h.runtime().await;
-    for s in rt
-        .list_pod_sandbox(ListPodSandboxRequest { filter: None })
-        .await
-        .unwrap()
-        .into_inner()
-        .items
-    {
-        rt.remove_pod_sandbox(RemovePodSandboxRequest {
-            pod_sandbox_id: s.id,
-        })
-        .await
-        .unwrap();
-    }
 }
 
 fn rss_kb(pid: u32) -> u64 {

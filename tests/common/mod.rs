@@ -71,45 +71,7 @@ pub async fn throttle_proxy(
     upstream: u16,
     bytes_per_sec: usize,
 ) -> (u16, tokio::task::JoinHandle<()>) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = l.local_addr().unwrap().port();
-    let h = tokio::spawn(async move {
-        loop {
-            let Ok((client, _)) = l.accept().await else {
-                return;
-            };
-            tokio::spawn(async move {
-                let Ok(server) = tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await
-                else {
-                    return;
-                };
-                let (mut cr, mut cw) = client.into_split();
-                let (mut sr, mut sw) = server.into_split();
-                let up = tokio::spawn(async move {
-                    let _ = tokio::io::copy(&mut cr, &mut sw).await;
-                    let _ = sw.shutdown().await;
-                });
-                let chunk = 16 * 1024;
-                let pause = std::time::Duration::from_secs_f64(chunk as f64 / bytes_per_sec as f64);
-                let mut buf = vec![0u8; chunk];
-                loop {
-                    match sr.read(&mut buf).await {
-                        Ok(0) | Err(_) => break,
-                        Ok(n) => {
-                            if cw.write_all(&buf[..n]).await.is_err() {
-                                break;
-                            }
-                            tokio::time::sleep(pause).await;
-                        }
-                    }
-                }
-                let _ = cw.shutdown().await;
-                up.abort();
-            });
-        }
-    });
-    (port, h)
+    fault_proxy(upstream, Fault::Throttle { bytes_per_sec }).await
 }
 
 /// GETs `path` from 127.0.0.1:`port` (HTTP/1.0), retrying for about five
@@ -134,17 +96,18 @@ pub fn http_get_until(port: u16, path: &str, want: &str) -> String {
     body
 }
 
-/// What a `fault_proxy` does to a connection once `after` bytes of the
-/// answer have passed.
+/// What a `fault_proxy` does to each connection's answer stream.
 #[derive(Debug, Clone, Copy)]
 pub enum Fault {
-    /// A TCP reset (SO_LINGER 0, then close).
+    /// Everything passes, at about this rate.
+    Throttle { bytes_per_sec: usize },
+    /// A TCP reset (SO_LINGER 0, then close) once `after` bytes passed.
     Reset { after: usize },
-    /// Nothing more is sent; the connection stays open.
+    /// Nothing more is sent once `after` bytes passed; the connection stays open.
     Stall { after: usize },
 }
 
-/// A TCP proxy on 127.0.0.1 to `upstream` that injects `fault` into every
+/// A TCP proxy on 127.0.0.1 to `upstream` that applies `fault` to every
 /// connection's answer stream.
 pub async fn fault_proxy(upstream: u16, fault: Fault) -> (u16, tokio::task::JoinHandle<()>) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -164,12 +127,20 @@ pub async fn fault_proxy(upstream: u16, fault: Fault) -> (u16, tokio::task::Join
                 let (mut cr, mut cw) = client.into_split();
                 let up = tokio::spawn(async move {
                     let _ = tokio::io::copy(&mut cr, &mut sw).await;
+                    let _ = sw.shutdown().await;
                 });
-                let after = match fault {
-                    Fault::Reset { after } | Fault::Stall { after } => after,
+                let chunk = 16 * 1024;
+                let (after, pause) = match fault {
+                    Fault::Throttle { bytes_per_sec } => (
+                        usize::MAX,
+                        Some(std::time::Duration::from_secs_f64(
+                            chunk as f64 / bytes_per_sec as f64,
+                        )),
+                    ),
+                    Fault::Reset { after } | Fault::Stall { after } => (after, None),
                 };
                 let mut sent = 0usize;
-                let mut buf = vec![0u8; 16 * 1024];
+                let mut buf = vec![0u8; chunk];
                 loop {
                     let n = match sr.read(&mut buf).await {
                         Ok(0) | Err(_) => break,
@@ -179,6 +150,9 @@ pub async fn fault_proxy(upstream: u16, fault: Fault) -> (u16, tokio::task::Join
                         break;
                     }
                     sent += n;
+                    if let Some(p) = pause {
+                        tokio::time::sleep(p).await;
+                    }
                     if sent >= after {
                         match fault {
                             Fault::Reset { .. } => {
@@ -191,13 +165,12 @@ pub async fn fault_proxy(upstream: u16, fault: Fault) -> (u16, tokio::task::Join
                                 up.abort();
                                 return;
                             }
-                            Fault::Stall { .. } => {
-                                tokio::time::sleep(std::time::Duration::from_secs(3600)).await;
-                            }
+                            _ => tokio::time::sleep(std::time::Duration::from_secs(3600)).await,
                         }
                         break;
                     }
                 }
+                let _ = cw.shutdown().await;
                 up.abort();
             });
         }

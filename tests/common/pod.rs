@@ -215,3 +215,58 @@ pub fn alive(pid: i32) -> bool {
         .map(|s| !s.contains(") Z"))
         .unwrap_or(false)
 }
+
+pub async fn list_pods(p: &Pod) -> Vec<PodSandbox> {
+    p.h.runtime()
+        .await
+        .list_pod_sandbox(ListPodSandboxRequest { filter: None })
+        .await
+        .unwrap()
+        .into_inner()
+        .items
+}
+
+pub async fn list_containers(p: &Pod) -> Vec<Container> {
+    p.h.runtime()
+        .await
+        .list_containers(ListContainersRequest { filter: None })
+        .await
+        .unwrap()
+        .into_inner()
+        .containers
+}
+
+/// Removes everything listed (containers, then pods), as a kubelet would
+/// after a restart, and checks each listed state is one CRI allows.
+pub async fn remove_listed(p: &Pod) {
+    let mut rt = p.h.runtime().await;
+    for c in list_containers(p).await {
+        assert!(
+            matches!(
+                ContainerState::try_from(c.state),
+                Ok(ContainerState::ContainerCreated
+                    | ContainerState::ContainerRunning
+                    | ContainerState::ContainerExited
+                    | ContainerState::ContainerUnknown)
+            ),
+            "{c:?}"
+        );
+        rt.remove_container(RemoveContainerRequest {
+            container_id: c.id.clone(),
+        })
+        .await
+        .unwrap_or_else(|e| panic!("remove container {}: {e:?}\n{}", c.id, p.h.log()));
+    }
+    for s in list_pods(p).await {
+        rt.stop_pod_sandbox(StopPodSandboxRequest {
+            pod_sandbox_id: s.id.clone(),
+        })
+        .await
+        .unwrap_or_else(|e| panic!("stop pod {}: {e:?}\n{}", s.id, p.h.log()));
+        rt.remove_pod_sandbox(RemovePodSandboxRequest {
+            pod_sandbox_id: s.id.clone(),
+        })
+        .await
+        .unwrap_or_else(|e| panic!("remove pod {}: {e:?}\n{}", s.id, p.h.log()));
+    }
+}
