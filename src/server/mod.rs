@@ -42,8 +42,16 @@ fn lock_root(cfg: &Config) -> anyhow::Result<std::fs::File> {
         .write(true)
         .open(&path)
         .with_context(|| format!("open {}", path.display()))?;
-    rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive)
-        .map_err(|_| anyhow::anyhow!("another husk serve is using root {}", cfg.root.display()))?;
+    // A server killed a moment ago may have left a child between fork and
+    // exec (a CNI plugin, a shim being started) holding the lock's file
+    // for a few milliseconds: wait a little before calling the root taken.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
+        if std::time::Instant::now() >= deadline {
+            anyhow::bail!("another husk serve is using root {}", cfg.root.display());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     Ok(f)
 }
 
