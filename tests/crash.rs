@@ -27,6 +27,37 @@ async fn client(
     )
 }
 
+/// Four CreateContainer+StartContainer calls in flight, each on a client
+/// of its own.
+fn create_and_start_4(
+    p: &Pod,
+    pod: &str,
+    pc: &PodSandboxConfig,
+    image: &str,
+) -> Vec<tokio::task::JoinHandle<Result<(), tonic::Status>>> {
+    (0..4)
+        .map(|i| {
+            let (ep, pod, pc) = (p.h.endpoint(), pod.to_string(), pc.clone());
+            let c = ccfg(image, &format!("c{i}"), &[], &["sleep 3600"]);
+            tokio::spawn(async move {
+                let mut rt = client(&ep).await;
+                let r = rt
+                    .create_container(CreateContainerRequest {
+                        pod_sandbox_id: pod,
+                        config: Some(c),
+                        sandbox_config: Some(pc),
+                    })
+                    .await?;
+                rt.start_container(StartContainerRequest {
+                    container_id: r.into_inner().container_id,
+                })
+                .await?;
+                Ok(())
+            })
+        })
+        .collect()
+}
+
 /// After the removals: nothing left, and a second restart has nothing to undo.
 async fn assert_clean(p: &mut Pod, what: &str) {
     // A CNI plugin of the killed server may still be finishing.
@@ -117,30 +148,7 @@ async fn server_killed_inside_container_calls_and_pod_teardown() {
             ccfg(&image, "victim", &[], &["sleep 3600"]),
         )
         .await;
-        let calls: Vec<_> = (0..4)
-            .map(|i| {
-                let (ep, pod, pc) = (p.h.endpoint(), pod.clone(), pc.clone());
-                let c = ccfg(&image, &format!("c{i}"), &[], &["sleep 3600"]);
-                tokio::spawn(async move {
-                    let mut rt = client(&ep).await;
-                    let Ok(r) = rt
-                        .create_container(CreateContainerRequest {
-                            pod_sandbox_id: pod,
-                            config: Some(c),
-                            sandbox_config: Some(pc),
-                        })
-                        .await
-                    else {
-                        return;
-                    };
-                    let _ = rt
-                        .start_container(StartContainerRequest {
-                            container_id: r.into_inner().container_id,
-                        })
-                        .await;
-                })
-            })
-            .collect();
+        let calls = create_and_start_4(&p, &pod, &pc, &image);
         let teardown = {
             let ep = p.h.endpoint();
             tokio::spawn(async move {
@@ -175,7 +183,6 @@ async fn shim_killed_inside_create_and_start() {
     let mut p = setup(vec![]).await;
     let image = app_image(&p).await;
     for (round, ms) in SWEEP_MS.iter().enumerate() {
-        let t0 = std::time::Instant::now();
         let pc = pod_config(&p, &format!("shimkill-{round}"));
         let pod = run(&p.h, pc.clone()).await.unwrap();
         let shim_pid: i32 =
@@ -184,27 +191,7 @@ async fn shim_killed_inside_create_and_start() {
                 .trim()
                 .parse()
                 .unwrap();
-        let calls: Vec<_> = (0..4)
-            .map(|i| {
-                let (ep, pod, pc) = (p.h.endpoint(), pod.clone(), pc.clone());
-                let c = ccfg(&image, &format!("c{i}"), &[], &["sleep 3600"]);
-                tokio::spawn(async move {
-                    let mut rt = client(&ep).await;
-                    let r = rt
-                        .create_container(CreateContainerRequest {
-                            pod_sandbox_id: pod,
-                            config: Some(c),
-                            sandbox_config: Some(pc),
-                        })
-                        .await?;
-                    rt.start_container(StartContainerRequest {
-                        container_id: r.into_inner().container_id,
-                    })
-                    .await?;
-                    Ok::<(), tonic::Status>(())
-                })
-            })
-            .collect();
+        let calls = create_and_start_4(&p, &pod, &pc, &image);
         tokio::time::sleep(Duration::from_millis(*ms)).await;
         rustix::process::kill_process(
             rustix::process::Pid::from_raw(shim_pid).unwrap(),
@@ -224,8 +211,5 @@ async fn shim_killed_inside_create_and_start() {
         assert_eq!(st.state, PodSandboxState::SandboxNotready as i32);
         remove_listed(&p).await;
         assert_clean(&mut p, &format!("after a shim kill at {ms} ms")).await;
-        if t0.elapsed() > Duration::from_secs(5) {
-            eprintln!("LOG{}", p.h.log());
-        }
     }
 }

@@ -49,23 +49,15 @@ const NOTIFY_SOCKET_TTL: Duration = Duration::from_secs(10);
 /// Removes the notify sockets earlier execs left in a container's state dir
 /// (`tenant-notify-*.sock`), once they are older than a handshake can be.
 pub fn sweep_notify_sockets(container_dir: &Path) {
-    let Ok(rd) = std::fs::read_dir(container_dir) else {
-        return;
-    };
-    for e in rd.flatten() {
-        let name = e.file_name();
-        let name = name.to_string_lossy();
-        if !(name.starts_with("tenant-notify-") && name.ends_with(".sock")) {
-            continue;
-        }
-        let old = e
-            .metadata()
+    for name in notify_sockets(container_dir) {
+        let path = container_dir.join(name);
+        let old = std::fs::metadata(&path)
             .and_then(|m| m.modified())
             .ok()
             .and_then(|t| t.elapsed().ok())
             .is_some_and(|age| age > NOTIFY_SOCKET_TTL);
         if old {
-            let _ = std::fs::remove_file(e.path());
+            let _ = std::fs::remove_file(path);
         }
     }
 }
