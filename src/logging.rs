@@ -3,6 +3,16 @@
 
 use tracing_subscriber::EnvFilter;
 
+/// `level` with the HTTP client library's per-request error lines turned
+/// off unless asked for: the kubelet's API tasks log each cause once.
+pub fn quiet_client(level: &str) -> String {
+    if level.contains("kube_client") {
+        level.to_string()
+    } else {
+        format!("{level},kube_client=off")
+    }
+}
+
 /// Installs the global subscriber; `format` is "text" or "json".
 pub fn init(level: &str, format: &str) {
     let filter = EnvFilter::try_from_default_env()

@@ -143,6 +143,8 @@ enum Cmd {
     Kubelet {
         #[command(flatten)]
         common: husk::cli::kubelet::CommonFlags,
+        #[command(flatten)]
+        cluster: husk::cli::kubelet::ClusterFlags,
         /// Manifest directory (or file), watched (the kubelet's --pod-manifest-path).
         #[arg(long, alias = "pod-manifest-path")]
         manifests: Option<PathBuf>,
@@ -420,11 +422,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Cmd::Kubelet {
             common,
+            cluster,
             manifests,
             manifest_url,
         } => {
-            husk::logging::init(&common.log_level, "text");
-            runtime()?.block_on(husk::cli::kubelet::run(common, manifests, manifest_url))
+            husk::logging::init(&husk::logging::quiet_client(&common.log_level), "text");
+            runtime()?.block_on(husk::cli::kubelet::run(
+                common,
+                cluster,
+                manifests,
+                manifest_url,
+            ))
         }
         Cmd::Run(flags) => {
             husk::logging::init(&flags.common.log_level, "text");

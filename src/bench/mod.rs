@@ -23,7 +23,7 @@ use tonic::transport::Channel;
 /// The order in which `n` runtimes take iteration `i`: alternating who
 /// goes first, so neither always meets a warmer or a busier machine.
 pub fn turns(i: usize, n: usize) -> Vec<usize> {
-    if i % 2 == 0 {
+    if i.is_multiple_of(2) {
         (0..n).collect()
     } else {
         (0..n).rev().collect()

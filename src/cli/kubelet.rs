@@ -62,6 +62,51 @@ pub struct CommonFlags {
     pub http_check_frequency: Duration,
 }
 
+/// Flags of `husk kubelet` that join a cluster.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct ClusterFlags {
+    /// Join the cluster of this kubeconfig (its current context): register
+    /// the node, run the pods bound to it, report their status.
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// The node's InternalIP (default: the address that reaches the API server).
+    #[arg(long)]
+    pub node_ip: Option<String>,
+    /// The kubelet API's address.
+    #[arg(long, default_value = "0.0.0.0")]
+    pub address: String,
+    /// The kubelet API's port (reported as the node's kubelet endpoint).
+    #[arg(long, default_value_t = 10250)]
+    pub port: u16,
+    /// The kubelet API's serving certificate (PEM; default: self-signed).
+    #[arg(long, requires = "tls_private_key_file")]
+    pub tls_cert_file: Option<PathBuf>,
+    #[arg(long, requires = "tls_cert_file")]
+    pub tls_private_key_file: Option<PathBuf>,
+    /// Kubelet API clients must present a certificate signed by these CAs.
+    #[arg(long)]
+    pub client_ca_file: Option<PathBuf>,
+    /// The node's `pods` capacity.
+    #[arg(long, default_value_t = 110)]
+    pub max_pods: i64,
+    #[arg(long, hide = true, value_parser = parse_duration, default_value = "10s")]
+    pub node_status_update_frequency: Duration,
+}
+
+impl ClusterFlags {
+    pub fn apply(&self, s: &mut Settings) {
+        s.kubeconfig = self.kubeconfig.clone();
+        s.node_ip = self.node_ip.clone();
+        s.address = self.address.clone();
+        s.port = self.port;
+        s.tls_cert_file = self.tls_cert_file.clone();
+        s.tls_private_key_file = self.tls_private_key_file.clone();
+        s.client_ca_file = self.client_ca_file.clone();
+        s.max_pods = self.max_pods;
+        s.node_status_update_frequency = self.node_status_update_frequency;
+    }
+}
+
 /// "10s", "500ms", "5m", "1h", "1m30s".
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let mut total = Duration::ZERO;
@@ -176,13 +221,17 @@ pub fn format_row(ev: &StatusEvent) -> String {
 /// `husk kubelet`.
 pub async fn run(
     flags: CommonFlags,
+    cluster: ClusterFlags,
     manifests: Option<PathBuf>,
     manifest_url: Option<String>,
 ) -> anyhow::Result<()> {
-    if manifests.is_none() && manifest_url.is_none() {
-        anyhow::bail!("nothing to run: give --manifests DIR and/or --manifest-url URL");
+    if manifests.is_none() && manifest_url.is_none() && cluster.kubeconfig.is_none() {
+        anyhow::bail!(
+            "nothing to run: give --kubeconfig FILE, --manifests DIR and/or --manifest-url URL"
+        );
     }
     let mut settings = flags.settings();
+    cluster.apply(&mut settings);
     settings.manifests = manifests;
     settings.manifest_url = manifest_url;
     let (tx, mut rx) = mpsc::unbounded_channel();

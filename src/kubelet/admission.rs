@@ -5,7 +5,8 @@
 //! Checks follow the API server's validation where it matters to a node
 //! (names, required fields, duplicate names and ports, quantities, probe
 //! and handler shapes) and refuse, clearly, what husk's kubelet does not
-//! provide (secrets, configmaps, other volume types, gRPC probes).
+//! provide (volume types other than emptyDir, hostPath, secret, configMap,
+//! projected and downwardAPI; image pull secrets; gRPC probes).
 
 use super::defaults;
 use super::quantity;
@@ -189,6 +190,27 @@ fn volume(c: &mut Check, at: &str, v: &k8s_openapi::api::core::v1::Volume) {
         ) {
             c.bad(format!("{at}.hostPath.type: Unsupported value {t:?}"));
         }
+    } else if let Some(s) = &v.secret {
+        if s.secret_name.as_deref().unwrap_or("").is_empty() {
+            c.bad(format!("{at}.secret.secretName: Required value"));
+        }
+    } else if let Some(m) = &v.config_map {
+        if m.name.is_empty() {
+            c.bad(format!("{at}.configMap.name: Required value"));
+        }
+    } else if v.downward_api.is_some() {
+    } else if let Some(p) = &v.projected {
+        for (j, src) in p.sources.iter().flatten().enumerate() {
+            let known = src.service_account_token.is_some()
+                || src.config_map.is_some()
+                || src.secret.is_some()
+                || src.downward_api.is_some();
+            if !known {
+                c.no(format!(
+                    "{at}.projected.sources[{j}]: only serviceAccountToken, configMap, secret and downwardAPI are supported"
+                ));
+            }
+        }
     } else {
         let kind = serde_json::to_value(v)
             .ok()
@@ -198,7 +220,7 @@ fn volume(c: &mut Check, at: &str, v: &k8s_openapi::api::core::v1::Volume) {
             })
             .unwrap_or_else(|| "none".into());
         c.no(format!(
-            "{at}: volume type {kind:?} is not supported (emptyDir and hostPath are)"
+            "{at}: volume type {kind:?} is not supported (emptyDir, hostPath, secret, configMap, projected and downwardAPI are)"
         ));
     }
 }
@@ -310,14 +332,18 @@ fn container(
                     "{eat}.valueFrom: may not be specified when `value` is not empty"
                 ));
             }
-            if src.secret_key_ref.is_some() {
-                c.no(format!(
-                    "{eat}.valueFrom.secretKeyRef: secrets are not supported"
-                ));
-            } else if src.config_map_key_ref.is_some() {
-                c.no(format!(
-                    "{eat}.valueFrom.configMapKeyRef: configmaps are not supported"
-                ));
+            if let Some(r) = &src.secret_key_ref {
+                if r.name.is_empty() || r.key.is_empty() {
+                    c.bad(format!(
+                        "{eat}.valueFrom.secretKeyRef: name and key are required"
+                    ));
+                }
+            } else if let Some(r) = &src.config_map_key_ref {
+                if r.name.is_empty() || r.key.is_empty() {
+                    c.bad(format!(
+                        "{eat}.valueFrom.configMapKeyRef: name and key are required"
+                    ));
+                }
             } else if src.file_key_ref.is_some() {
                 c.no(format!("{eat}.valueFrom.fileKeyRef: not supported"));
             } else if let Some(f) = &src.field_ref {
@@ -342,10 +368,12 @@ fn container(
             }
         }
     }
-    if ctr.env_from.as_ref().is_some_and(|e| !e.is_empty()) {
-        c.no(format!(
-            "{at}.envFrom: secrets and configmaps are not supported"
-        ));
+    for (i, f) in ctr.env_from.iter().flatten().enumerate() {
+        if f.secret_ref.is_some() == f.config_map_ref.is_some() {
+            c.bad(format!(
+                "{at}.envFrom[{i}]: must specify one of configMapRef or secretRef"
+            ));
+        }
     }
     let mut paths = HashSet::new();
     for (i, m) in ctr.volume_mounts.iter().flatten().enumerate() {
@@ -512,13 +540,16 @@ mod tests {
     }
 
     #[test]
-    fn secrets_are_unsupported_not_invalid() {
-        let r = check("metadata: {name: a}\nspec:\n  containers:\n  - name: a\n    image: i\n    env: [{name: X, valueFrom: {secretKeyRef: {name: s, key: k}}}]\n").unwrap_err();
+    fn other_volume_types_are_unsupported_not_invalid() {
+        let r = check("metadata: {name: a}\nspec:\n  volumes: [{name: v, nfs: {server: s, path: /p}}]\n  containers:\n  - name: a\n    image: i\n").unwrap_err();
         assert_eq!(r.reason, "Unsupported");
         assert!(
-            r.message.contains("secrets are not supported"),
+            r.message.contains("\"nfs\" is not supported"),
             "{}",
             r.message
         );
+        check("metadata: {name: a}\nspec:\n  volumes: [{name: s, secret: {secretName: x}}, {name: p, projected: {sources: [{serviceAccountToken: {path: token}}]}}]\n  containers:\n  - name: a\n    image: i\n    env: [{name: X, valueFrom: {secretKeyRef: {name: s, key: k}}}]\n    envFrom: [{configMapRef: {name: m}}]\n").unwrap();
+        let r = check("metadata: {name: a}\nspec:\n  containers:\n  - name: a\n    image: i\n    envFrom: [{prefix: P}]\n").unwrap_err();
+        assert_eq!(r.reason, "InvalidPod");
     }
 }

@@ -46,9 +46,16 @@ pub struct Inputs<'a> {
     pub termination_file: Option<PathBuf>,
     pub etc_hosts: Option<PathBuf>,
     pub image_ref: &'a str,
+    /// The secrets and config maps the env refers to.
+    pub env_objects: &'a super::api_volumes::EnvObjects,
 }
 
 fn field_value(pod: &Pod, path: &str, inp: &Inputs) -> String {
+    pod_field(pod, path, inp.pod_ips, inp.host_ip)
+}
+
+/// A downward-API field of the pod (env `fieldRef`, downwardAPI volumes).
+pub fn pod_field(pod: &Pod, path: &str, pod_ips: &[String], host_ip: &str) -> String {
     let meta_map = |m: Option<&std::collections::BTreeMap<String, String>>| {
         m.map(|m| {
             m.iter()
@@ -73,9 +80,9 @@ fn field_value(pod: &Pod, path: &str, inp: &Inputs) -> String {
             .as_ref()
             .and_then(|s| s.service_account_name.clone())
             .unwrap_or_default(),
-        "status.podIP" => inp.pod_ips.first().cloned().unwrap_or_default(),
-        "status.podIPs" => inp.pod_ips.join(","),
-        "status.hostIP" | "status.hostIPs" => inp.host_ip.into(),
+        "status.podIP" => pod_ips.first().cloned().unwrap_or_default(),
+        "status.podIPs" => pod_ips.join(","),
+        "status.hostIP" | "status.hostIPs" => host_ip.into(),
         "metadata.labels" => meta_map(pod.metadata.labels.as_ref()),
         "metadata.annotations" => meta_map(pod.metadata.annotations.as_ref()),
         _ => {
@@ -100,7 +107,12 @@ fn field_value(pod: &Pod, path: &str, inp: &Inputs) -> String {
     }
 }
 
-fn resource_value(s: &Settings, c: &Container, resource: &str, divisor: Option<&str>) -> String {
+pub fn resource_value(
+    s: &Settings,
+    c: &Container,
+    resource: &str,
+    divisor: Option<&str>,
+) -> String {
     let r = defaults::resources(c);
     let div = |d: &str, milli: bool| -> i64 {
         let v = if milli {
@@ -173,13 +185,53 @@ pub fn expand(s: &str, env: &HashMap<String, String>) -> String {
     out
 }
 
+/// A C identifier-like env name, as envFrom keys must be (else skipped).
+pub fn env_name(s: &str) -> bool {
+    !s.is_empty()
+        && !s.starts_with(|c: char| c.is_ascii_digit())
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+}
+
 /// Env in order, references resolved against earlier entries.
 pub fn env(s: &Settings, pod: &Pod, c: &Container, inp: &Inputs) -> Vec<KeyValue> {
+    use super::api_volumes::Kind;
     let mut seen: HashMap<String, String> = HashMap::new();
     let mut out: Vec<KeyValue> = Vec::new();
+    let lookup = |kind: Kind, name: &str, key: &str| {
+        inp.env_objects
+            .get(&(kind, name.to_string()))
+            .and_then(|d| d.as_ref())
+            .and_then(|d| d.get(key))
+            .map(|v| String::from_utf8_lossy(v).into_owned())
+    };
+    // envFrom first; env entries override.
+    for f in c.env_from.iter().flatten() {
+        let (kind, name) = match (&f.secret_ref, &f.config_map_ref) {
+            (Some(s), _) => (Kind::Secret, s.name.clone()),
+            (None, Some(m)) => (Kind::ConfigMap, m.name.clone()),
+            _ => continue,
+        };
+        let prefix = f.prefix.clone().unwrap_or_default();
+        let data = inp.env_objects.get(&(kind, name)).and_then(|d| d.as_ref());
+        for (k, v) in data.into_iter().flatten() {
+            let key = format!("{prefix}{k}");
+            if !env_name(&key) {
+                continue;
+            }
+            let v = String::from_utf8_lossy(v).into_owned();
+            seen.insert(key.clone(), v.clone());
+            out.retain(|kv| kv.key != key);
+            out.push(KeyValue { key, value: v });
+        }
+    }
     for e in c.env.iter().flatten() {
         let v = if let Some(src) = &e.value_from {
-            if let Some(f) = &src.field_ref {
+            if let Some(r) = &src.secret_key_ref {
+                lookup(Kind::Secret, &r.name, &r.key).unwrap_or_default()
+            } else if let Some(r) = &src.config_map_key_ref {
+                lookup(Kind::ConfigMap, &r.name, &r.key).unwrap_or_default()
+            } else if let Some(f) = &src.field_ref {
                 field_value(pod, &f.field_path, inp)
             } else if let Some(r) = &src.resource_field_ref {
                 resource_value(s, c, &r.resource, r.divisor.as_ref().map(|d| d.0.as_str()))
@@ -482,13 +534,31 @@ mod tests {
         assert_eq!(cpu_shares(Some(1000)), 1024);
         assert_eq!(cpu_quota(250), 25_000);
         assert_eq!(cpu_quota(1), 1000);
-        let mut pod: Pod = serde_yaml::from_str("metadata: {name: a, uid: u}\nspec:\n  containers:\n  - name: c\n    image: i\n    resources: {requests: {cpu: 250m, memory: 1Gi}, limits: {cpu: 500m, memory: 2Gi}}\n    env:\n    - {name: ME, valueFrom: {fieldRef: {fieldPath: metadata.name}}}\n    - {name: IP, valueFrom: {fieldRef: {fieldPath: status.podIP}}}\n    - {name: BOTH, value: '$(ME)@$(IP)'}\n    - {name: MEM, valueFrom: {resourceFieldRef: {resource: limits.memory, divisor: 1Mi}}}\n    command: [echo, '$(BOTH)']\n").unwrap();
+        let mut pod: Pod = serde_yaml::from_str("metadata: {name: a, uid: u}\nspec:\n  containers:\n  - name: c\n    image: i\n    resources: {requests: {cpu: 250m, memory: 1Gi}, limits: {cpu: 500m, memory: 2Gi}}\n    env:\n    - {name: ME, valueFrom: {fieldRef: {fieldPath: metadata.name}}}\n    - {name: IP, valueFrom: {fieldRef: {fieldPath: status.podIP}}}\n    - {name: BOTH, value: '$(ME)@$(IP)'}\n    - {name: MEM, valueFrom: {resourceFieldRef: {resource: limits.memory, divisor: 1Mi}}}\n    - {name: SEC, valueFrom: {secretKeyRef: {name: s, key: k}}}\n    - {name: CM_B, value: mine}\n    envFrom: [{configMapRef: {name: m}, prefix: CM_}]\n    command: [echo, '$(BOTH)']\n").unwrap();
         defaults::apply(&mut pod);
         let s = Settings::new("unix:///x");
         let c = &pod.spec.as_ref().unwrap().containers[0];
         let vols = HashMap::new();
         let ips = vec!["10.1.2.3".to_string()];
+        use crate::kubelet::api_volumes::{EnvObjects, Kind};
+        let mut objs = EnvObjects::new();
+        objs.insert(
+            (Kind::Secret, "s".into()),
+            Some([("k".to_string(), b"v".to_vec())].into()),
+        );
+        objs.insert(
+            (Kind::ConfigMap, "m".into()),
+            Some(
+                [
+                    ("A".to_string(), b"1".to_vec()),
+                    ("B".to_string(), b"2".to_vec()),
+                    ("bad key".to_string(), b"x".to_vec()),
+                ]
+                .into(),
+            ),
+        );
         let inp = Inputs {
+            env_objects: &objs,
             restart_count: 2,
             pod_ips: &ips,
             host_ip: "",
@@ -511,6 +581,10 @@ mod tests {
             .collect();
         assert_eq!(env["BOTH"], "a@10.1.2.3");
         assert_eq!(env["MEM"], "2048");
+        assert_eq!(env["SEC"], "v");
+        assert_eq!(env["CM_A"], "1");
+        assert_eq!(env["CM_B"], "mine", "env overrides envFrom");
+        assert!(!env.contains_key("CM_bad key"));
         assert_eq!(cfg.command, vec!["echo", "a@10.1.2.3"]);
         assert_eq!(cfg.log_path, "c/2.log");
         assert_eq!(cfg.metadata.unwrap().attempt, 2);

@@ -134,10 +134,16 @@ pub fn restart_policy(pod: &Pod) -> &str {
         .unwrap_or("Always")
 }
 
+/// The grace period to stop the pod with: the deletion's own
+/// (`metadata.deletionGracePeriodSeconds`, set by the API server) first.
 pub fn grace_period(pod: &Pod) -> i64 {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.termination_grace_period_seconds)
+    pod.metadata
+        .deletion_grace_period_seconds
+        .or_else(|| {
+            pod.spec
+                .as_ref()
+                .and_then(|s| s.termination_grace_period_seconds)
+        })
         .unwrap_or(DEFAULT_GRACE_PERIOD)
 }
 

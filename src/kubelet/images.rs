@@ -3,12 +3,14 @@
 //! IfNotPresent pulls when missing, Always pulls for every container
 //! start. A failed pull is ErrImagePull and starts a back-off per
 //! (pod, image); pulls during the back-off are refused as ImagePullBackOff.
+//! Events: Pulling, Pulled (or "already present"), Failed, BackOff.
 
 use super::backoff::Backoff;
+use super::recorder::{Recorder, NORMAL, WARNING};
 use super::runtime::Cri;
 use super::sync::StartError;
 use crate::api::cri::PodSandboxConfig;
-use k8s_openapi::api::core::v1::Container;
+use k8s_openapi::api::core::v1::{Container, Pod};
 use std::time::Duration;
 
 /// What a container start needs from its image.
@@ -39,10 +41,37 @@ impl ImageManager {
     pub async fn ensure(
         &self,
         cri: &Cri,
-        pod_uid: &str,
+        events: &Recorder,
+        pod: &Pod,
         c: &Container,
         sandbox: &PodSandboxConfig,
     ) -> Result<ImageInfo, StartError> {
+        let r = self.ensure_inner(cri, events, pod, c, sandbox).await;
+        if let Err(e) = &r {
+            let (reason, message) = match e.reason.as_str() {
+                "ImagePullBackOff" => ("BackOff", e.message.clone()),
+                "ErrImageNeverPull" => ("ErrImageNeverPull", e.message.clone()),
+                "InvalidImageName" => ("InspectFailed", e.message.clone()),
+                _ => ("Failed", e.message.clone()),
+            };
+            let kind = if reason == "BackOff" { NORMAL } else { WARNING };
+            events.container(pod, &c.name, kind, reason, &message);
+            if e.reason == "ErrImagePull" {
+                events.container(pod, &c.name, WARNING, "Failed", "Error: ErrImagePull");
+            }
+        }
+        r
+    }
+
+    async fn ensure_inner(
+        &self,
+        cri: &Cri,
+        events: &Recorder,
+        pod: &Pod,
+        c: &Container,
+        sandbox: &PodSandboxConfig,
+    ) -> Result<ImageInfo, StartError> {
+        let pod_uid = super::defaults::uid(pod);
         let image = c.image.clone().unwrap_or_default();
         let policy = c.image_pull_policy.as_deref().unwrap_or("IfNotPresent");
         let present = cri.image_status(&image).await.map_err(|e| StartError {
@@ -52,6 +81,13 @@ impl ImageManager {
         })?;
         if let Some(img) = &present {
             if policy != "Always" {
+                events.container(
+                    pod,
+                    &c.name,
+                    NORMAL,
+                    "Pulled",
+                    &format!("Container image {image:?} already present on machine"),
+                );
                 return Ok(info(img));
             }
         } else if policy == "Never" {
@@ -72,9 +108,27 @@ impl ImageManager {
             });
         }
         tracing::info!(image_ref = %image, pod_uid, "pulling image");
+        events.container(
+            pod,
+            &c.name,
+            NORMAL,
+            "Pulling",
+            &format!("Pulling image {image:?}"),
+        );
+        let started = std::time::Instant::now();
         match cri.pull_image(&image, Some(sandbox.clone())).await {
             Ok(r) => {
                 self.backoff.reset(&key);
+                events.container(
+                    pod,
+                    &c.name,
+                    NORMAL,
+                    "Pulled",
+                    &format!(
+                        "Successfully pulled image {image:?} in {}",
+                        super::sync::human(started.elapsed())
+                    ),
+                );
                 let img = cri.image_status(&r).await.ok().flatten();
                 Ok(match img {
                     Some(i) => info(&i),

@@ -28,6 +28,8 @@ pub const INIT_CONTAINER: &str = "io.husk.kubelet.init";
 pub const CONFIG_SOURCE: &str = "kubernetes.io/config.source";
 pub const CONFIG_HASH: &str = "kubernetes.io/config.hash";
 pub const CONFIG_SEEN: &str = "kubernetes.io/config.seen";
+/// On mirror pods: the config hash of the static pod they mirror.
+pub const CONFIG_MIRROR: &str = "kubernetes.io/config.mirror";
 
 /// Labels identifying a pod's objects.
 pub fn pod_labels(node: &str, name: &str, namespace: &str, uid: &str) -> HashMap<String, String> {

@@ -18,6 +18,8 @@
 //! status and status_manager, gc, cgroups.
 
 pub mod admission;
+pub mod api_volumes;
+pub mod apiserver;
 pub mod backoff;
 pub mod cgroups;
 pub mod container_config;
@@ -31,6 +33,7 @@ pub mod pod_manager;
 pub mod pod_workers;
 pub mod prober;
 pub mod quantity;
+pub mod recorder;
 pub mod runtime;
 pub mod sandbox_config;
 pub mod settings;
@@ -94,6 +97,9 @@ pub struct Ctx {
     pub probes: ProbeManager,
     pub status: StatusManager,
     pub pleg: Arc<pleg::Health>,
+    pub recorder: recorder::Recorder,
+    /// Secrets, config maps and tokens (from the API server, if any).
+    pub objects: api_volumes::Objects,
 }
 
 impl Ctx {
@@ -127,11 +133,22 @@ pub struct Control {
 
 /// Runs the kubelet until `control.stop` turns true.
 pub async fn run(
-    settings: Settings,
+    mut settings: Settings,
     notices: mpsc::UnboundedSender<Notice>,
     mut control: Control,
 ) -> anyhow::Result<()> {
     let cri = Cri::connect(&settings.runtime_endpoint).await?;
+    let cluster = match &settings.kubeconfig {
+        Some(k) => {
+            let (client, url) = apiserver::connect(k).await?;
+            if settings.node_ip.is_none() {
+                settings.node_ip = apiserver::local_ip_towards(&url);
+            }
+            tracing::info!(server = %url, node_ip = ?settings.node_ip, "joining the cluster");
+            Some(client)
+        }
+        None => None,
+    };
     let _ = notices.send(Notice::Runtime(cri.name.clone(), cri.version.clone()));
     tracing::info!(runtime = %cri.name, version = %cri.version, node = %settings.node_name, "kubelet connected to the runtime");
     std::fs::create_dir_all(&settings.root)
@@ -142,18 +159,44 @@ pub async fn run(
     let (done_tx, mut done_rx) = mpsc::unbounded_channel();
     let (snap_tx, mut snap_rx) = mpsc::channel::<SourceSnapshot>(16);
     let health = Arc::new(pleg::Health::default());
+    let (api_status_tx, api_status_rx) = mpsc::unbounded_channel();
+    let (event_tx, event_rx) = mpsc::unbounded_channel();
+    let recorder = match cluster {
+        Some(_) => recorder::Recorder::new(event_tx),
+        None => recorder::Recorder::default(),
+    };
     let ctx = Arc::new(Ctx {
         cri: cri.clone(),
         images: ImageManager::new(settings.image_backoff_initial, settings.image_backoff_max),
         crash_backoff: Backoff::new(settings.crash_backoff_initial, settings.crash_backoff_max),
         reasons: ReasonCache::default(),
-        probes: ProbeManager::new(cri.clone(), probe_tx),
-        status: StatusManager::new(settings.status_dir.clone(), status_tx),
+        probes: ProbeManager::new(cri.clone(), probe_tx, recorder.clone()),
+        status: StatusManager::new(
+            settings.status_dir.clone(),
+            status_tx,
+            cluster.as_ref().map(|_| api_status_tx.clone()),
+        ),
         pleg: health.clone(),
+        recorder,
+        objects: api_volumes::Objects::new(cluster.clone()),
         settings: settings.clone(),
     });
     let mut tasks = Vec::new();
     let mut expected: Vec<String> = control.sources.clone();
+    if let Some(client) = cluster {
+        expected.push(apiserver::pods::SOURCE.into());
+        tasks.extend(apiserver::start(
+            client,
+            &settings,
+            cri.clone(),
+            health.clone(),
+            snap_tx.clone(),
+            api_status_rx,
+            event_rx,
+        ));
+    }
+    let api_status = api_status_tx;
+    let mut sources_ready = false;
     if let Some(p) = &settings.manifests {
         expected.push("file".into());
         tasks.push(tokio::spawn(sources::watch_dir(
@@ -206,6 +249,19 @@ pub async fn run(
                 }
                 for u in updates {
                     let uid = defaults::uid(&u.pod).to_string();
+                    // A graceful deletion in the API server: terminate
+                    // with its grace period; the API object goes when done.
+                    let deleting = u.pod.metadata.deletion_timestamp.is_some() && u.source == apiserver::pods::SOURCE;
+                    if deleting && u.op != Op::Delete {
+                        // (A status-only change of a pod already terminating, or done, is nothing new.)
+                        pods.remove(&uid);
+                        if u.op != Op::Reconcile && !workers.is_terminating(&uid) {
+                            tracing::info!(pod = %defaults::full_name(&u.pod), pod_uid = %uid, grace = defaults::grace_period(&u.pod), "pod is being deleted");
+                            due.remove(&uid);
+                            workers.dispatch(&uid, Work::Terminate(u.pod.clone()));
+                        }
+                        continue;
+                    }
                     match u.op {
                         Op::Add | Op::Update => {
                             tracing::info!(pod = %defaults::full_name(&u.pod), pod_uid = %uid, op = ?u.op, source = %u.source, "pod update");
@@ -214,8 +270,11 @@ pub async fn run(
                         }
                         Op::Reconcile => pods.reconcile(&uid, u.pod.clone()),
                         Op::Delete => {
+                            // A pod already terminated for its deletion is done.
+                            if pods.remove(&uid).is_none() && deleting {
+                                continue;
+                            }
                             tracing::info!(pod = %defaults::full_name(&u.pod), pod_uid = %uid, source = %u.source, "pod deleted");
-                            pods.remove(&uid);
                             due.remove(&uid);
                             workers.dispatch(&uid, Work::Terminate(u.pod.clone()));
                         }
@@ -254,6 +313,10 @@ pub async fn run(
             }
             _ = housekeeping.tick() => {
                 write_node_status(&ctx, pods.len());
+                if !sources_ready && config.seen_all(&expected) {
+                    sources_ready = true;
+                    let _ = api_status.send(apiserver::status_sync::Msg::SourcesReady);
+                }
                 let idle = gc_running.as_ref().is_none_or(|h| h.is_finished());
                 if config.seen_all(&expected) {
                     ctx.status.prune_files();

@@ -323,6 +323,7 @@ async fn terminate_pod(ctx: &Ctx, pod: &Pod) {
     }
     ctx.crash_backoff.gc(Some(&format!("{uid}_")));
     ctx.images.forget_pod(&uid);
+    ctx.objects.forget_pod(&uid);
     ctx.reasons.remove_pod(&uid);
     ctx.status.remove(&uid);
     tracing::info!(pod = %defaults::full_name(pod), "pod removed");

@@ -15,6 +15,7 @@
 
 use super::defaults;
 use super::handlers::{self, Outcome};
+use super::recorder::Recorder;
 use super::runtime::{CState, Cri, RuntimePod};
 use k8s_openapi::api::core::v1::{Container, Pod, Probe};
 use std::collections::HashMap;
@@ -51,6 +52,7 @@ struct Inner {
     /// The last failure message per result, for status and logs.
     messages: Mutex<HashMap<ResultKey, String>>,
     changed: mpsc::UnboundedSender<String>,
+    recorder: Recorder,
 }
 
 #[derive(Clone)]
@@ -62,13 +64,18 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl ProbeManager {
     /// `changed` receives the UID of a pod whose probe results changed.
-    pub fn new(cri: Cri, changed: mpsc::UnboundedSender<String>) -> ProbeManager {
+    pub fn new(
+        cri: Cri,
+        changed: mpsc::UnboundedSender<String>,
+        recorder: Recorder,
+    ) -> ProbeManager {
         ProbeManager(Arc::new(Inner {
             cri,
             results: Mutex::new(HashMap::new()),
             workers: Mutex::new(HashMap::new()),
             messages: Mutex::new(HashMap::new()),
             changed,
+            recorder,
         }))
     }
 
@@ -135,6 +142,11 @@ impl ProbeManager {
                 };
                 lock(&self.0.results).entry(rkey.clone()).or_insert(initial);
                 let job = Job {
+                    pod: Pod {
+                        metadata: pod.metadata.clone(),
+                        spec: None,
+                        status: None,
+                    },
                     mgr: self.clone(),
                     key: rkey,
                     container: c.clone(),
@@ -192,6 +204,8 @@ impl ProbeManager {
 }
 
 struct Job {
+    /// The pod's metadata (for events).
+    pod: Pod,
     mgr: ProbeManager,
     key: ResultKey,
     container: Container,
@@ -239,6 +253,13 @@ impl Job {
                     fail_run += 1;
                     ok_run = 0;
                     tracing::debug!(pod_uid = %uid, container_id = %id, probe = ?kind, message = %msg, "probe failed");
+                    self.mgr.0.recorder.container(
+                        &self.pod,
+                        &self.container.name,
+                        super::recorder::WARNING,
+                        "Unhealthy",
+                        &format!("{kind:?} probe failed: {msg}"),
+                    );
                     lock(&self.mgr.0.messages).insert(self.key.clone(), msg);
                     if fail_run >= failure_threshold {
                         self.mgr.set(&self.key, ProbeResult::Failure);

@@ -115,6 +115,32 @@ impl Cri {
         Ok(cri("ListContainers", r)?.containers)
     }
 
+    /// CRI Status: what is not ready, as "Type=false reason:R message:M"
+    /// lines (empty when RuntimeReady and NetworkReady are both true).
+    pub async fn not_ready(&self) -> CriResult<Vec<String>> {
+        let r = self
+            .rt
+            .clone()
+            .status(with_timeout(
+                tonic::Request::new(StatusRequest { verbose: false }),
+                Duration::from_secs(10),
+            ))
+            .await;
+        let st = cri("Status", r)?.status.unwrap_or_default();
+        let mut out = Vec::new();
+        for want in ["RuntimeReady", "NetworkReady"] {
+            match st.conditions.iter().find(|c| c.r#type == want) {
+                Some(c) if c.status => {}
+                Some(c) => out.push(format!(
+                    "{want}=false reason:{} message:{}",
+                    c.reason, c.message
+                )),
+                None => out.push(format!("{want}=false reason:Missing message:not reported")),
+            }
+        }
+        Ok(out)
+    }
+
     pub async fn sandbox_status(&self, id: &str) -> CriResult<PodSandboxStatus> {
         let r = self
             .rt

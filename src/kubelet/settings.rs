@@ -38,6 +38,28 @@ pub struct Settings {
     pub error_requeue: Duration,
     /// Node memory, for Burstable containers' OOM score.
     pub memory_capacity: i64,
+    /// The API server to join (`--kubeconfig`); None: static pods only.
+    pub kubeconfig: Option<PathBuf>,
+    /// The node's InternalIP (`--node-ip`); None: the address that reaches
+    /// the API server, found at start.
+    pub node_ip: Option<String>,
+    /// The kubelet API's address and port (`--address`, `--port`).
+    pub address: String,
+    pub port: u16,
+    /// The kubelet API's serving certificate and key (PEM); None: a
+    /// self-signed pair made at start.
+    pub tls_cert_file: Option<PathBuf>,
+    pub tls_private_key_file: Option<PathBuf>,
+    /// Client certificates of the kubelet API are checked against these CAs.
+    pub client_ca_file: Option<PathBuf>,
+    /// `pods` capacity of the node.
+    pub max_pods: i64,
+    /// How often node status is computed (and patched when changed).
+    pub node_status_update_frequency: Duration,
+    /// Unchanged node status is still patched this often.
+    pub node_status_report_frequency: Duration,
+    /// The node Lease's duration; it is renewed every quarter of it.
+    pub node_lease_duration_secs: i32,
 }
 
 impl Settings {
@@ -65,6 +87,17 @@ impl Settings {
             http_check_frequency: Duration::from_secs(20),
             error_requeue: Duration::from_secs(10),
             memory_capacity: memory_capacity(),
+            kubeconfig: None,
+            node_ip: None,
+            address: "0.0.0.0".into(),
+            port: 10250,
+            tls_cert_file: None,
+            tls_private_key_file: None,
+            client_ca_file: None,
+            max_pods: 110,
+            node_status_update_frequency: Duration::from_secs(10),
+            node_status_report_frequency: Duration::from_secs(60),
+            node_lease_duration_secs: 40,
         }
     }
 }

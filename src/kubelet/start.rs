@@ -7,6 +7,7 @@
 //! container). A failure becomes the container's waiting reason.
 
 use super::container_config::{self, Inputs};
+use super::recorder::{NORMAL, WARNING};
 use super::runtime::{CState, RuntimePod};
 use super::sync::{human, StartError};
 use super::{defaults, handlers, sandbox_config, terminate, volumes, Ctx};
@@ -43,8 +44,25 @@ pub async fn start_container(
     match &r {
         Ok(()) => ctx.reasons.clear(defaults::uid(s.pod), &c.name),
         Err(e) => {
-            if e.reason != "CrashLoopBackOff" {
+            if e.reason == "CrashLoopBackOff" {
+                ctx.recorder.container(
+                    s.pod,
+                    &c.name,
+                    WARNING,
+                    "BackOff",
+                    "Back-off restarting failed container",
+                );
+            } else {
                 tracing::warn!(pod = %defaults::full_name(s.pod), container = %c.name, reason = %e.reason, message = %e.message, "container start failed");
+                if !e.reason.starts_with("Err") && !e.reason.contains("Image") {
+                    ctx.recorder.container(
+                        s.pod,
+                        &c.name,
+                        WARNING,
+                        "Failed",
+                        &format!("Error: {}", e.message),
+                    );
+                }
             }
             ctx.reasons
                 .set(defaults::uid(s.pod), &c.name, &e.reason, &e.message);
@@ -87,7 +105,7 @@ async fn start_inner(
     }
     let img = ctx
         .images
-        .ensure(&ctx.cri, defaults::uid(pod), c, s.sandbox_cfg)
+        .ensure(&ctx.cri, &ctx.recorder, pod, c, s.sandbox_cfg)
         .await?;
     let config_err = |message: String| StartError {
         reason: "CreateContainerConfigError".into(),
@@ -140,10 +158,14 @@ async fn start_inner(
     } else {
         None
     };
+    let env_objects = super::api_volumes::env_objects(ctx, pod, c)
+        .await
+        .map_err(config_err)?;
     let inputs = Inputs {
+        env_objects: &env_objects,
         restart_count,
         pod_ips: s.pod_ips,
-        host_ip: "",
+        host_ip: ctx.settings.node_ip.as_deref().unwrap_or(""),
         volumes: s.volumes,
         termination_file: term,
         etc_hosts: hosts,
@@ -162,11 +184,25 @@ async fn start_inner(
             message: e.status.message().to_string(),
             retry_after: None,
         })?;
+    ctx.recorder.container(
+        pod,
+        &c.name,
+        NORMAL,
+        "Created",
+        &format!("Created container {}", c.name),
+    );
     ctx.cri.start_container(&id).await.map_err(|e| StartError {
         reason: "RunContainerError".into(),
         message: e.status.message().to_string(),
         retry_after: None,
     })?;
+    ctx.recorder.container(
+        pod,
+        &c.name,
+        NORMAL,
+        "Started",
+        &format!("Started container {}", c.name),
+    );
     tracing::info!(pod = %defaults::full_name(pod), container = %c.name, container_id = %id, restart_count, "started container");
     if let Some(h) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) {
         let ip = s

@@ -386,6 +386,12 @@ pub fn generate(ctx: &Ctx, pod: &Pod, rt: &RuntimePod, prev: Option<&PodStatus>)
         conditions: Some(conds),
         pod_ip: ips.first().cloned(),
         pod_ips: (!ips.is_empty()).then(|| ips.iter().map(|ip| PodIP { ip: ip.clone() }).collect()),
+        host_ip: ctx.settings.node_ip.clone(),
+        host_ips: ctx
+            .settings
+            .node_ip
+            .clone()
+            .map(|ip| vec![k8s_openapi::api::core::v1::HostIP { ip }]),
         start_time: prev
             .and_then(|p| p.start_time.clone())
             .or_else(|| Some(defaults::now())),

@@ -5,7 +5,10 @@
 //! displays it. A removed pod's file is deleted.
 //!
 //! Writes are atomic (temp file + rename), so readers never see half a file.
+//! With an API server, every change (and every removal) also goes to
+//! `apiserver::status_sync`, which patches it there.
 
+use super::apiserver::status_sync::Msg;
 use super::defaults;
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use std::collections::HashMap;
@@ -123,10 +126,15 @@ pub struct StatusManager {
     dir: Option<PathBuf>,
     pods: Mutex<HashMap<String, Entry>>,
     tx: mpsc::UnboundedSender<StatusEvent>,
+    api: Option<mpsc::UnboundedSender<Msg>>,
 }
 
 impl StatusManager {
-    pub fn new(dir: Option<PathBuf>, tx: mpsc::UnboundedSender<StatusEvent>) -> StatusManager {
+    pub fn new(
+        dir: Option<PathBuf>,
+        tx: mpsc::UnboundedSender<StatusEvent>,
+        api: Option<mpsc::UnboundedSender<Msg>>,
+    ) -> StatusManager {
         if let Some(d) = &dir {
             let _ = std::fs::create_dir_all(d);
         }
@@ -134,6 +142,7 @@ impl StatusManager {
             dir,
             pods: Mutex::new(HashMap::new()),
             tx,
+            api,
         }
     }
 
@@ -175,6 +184,9 @@ impl StatusManager {
             write_atomic(&p, &full);
         }
         let full = Arc::new(full);
+        if let Some(api) = &self.api {
+            let _ = api.send(Msg::Set(full.clone()));
+        }
         let row_changed = {
             let mut pods = self.lock();
             let old = pods.insert(
@@ -228,6 +240,9 @@ impl StatusManager {
         // The file is named after the pod: another pod of that name keeps it.
         if let (Some(p), false) = (self.path(&e.pod), shared) {
             let _ = std::fs::remove_file(p);
+        }
+        if let Some(api) = &self.api {
+            let _ = api.send(Msg::Removed(e.pod.clone()));
         }
         let _ = self.tx.send(StatusEvent {
             pod: e.pod,

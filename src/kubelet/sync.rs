@@ -273,6 +273,16 @@ pub async fn sync_pod(ctx: &Ctx, pod: &Pod) -> Option<Duration> {
             return retry;
         }
     };
+    let vols = match super::api_volumes::setup(ctx, pod).await {
+        Ok(more) => vols.into_iter().chain(more).collect(),
+        Err(e) => {
+            ctx.recorder
+                .pod(pod, super::recorder::WARNING, "FailedMount", &e.to_string());
+            ctx.set_pod_reason(pod, "ContainerCreating", &e.to_string());
+            soonest(None);
+            return retry;
+        }
+    };
     // The sandbox, fresh or existing.
     let (sandbox_id, sandbox_cfg, pod_ips) = if actions.create_sandbox {
         let cfg = sandbox_config::build(&ctx.settings, pod, actions.attempt);
@@ -280,11 +290,14 @@ pub async fn sync_pod(ctx: &Ctx, pod: &Pod) -> Option<Duration> {
         let id = match ctx.cri.run_sandbox(cfg.clone()).await {
             Ok(id) => id,
             Err(e) => {
-                ctx.set_pod_reason(
+                let msg = format!("Failed to create pod sandbox: {e}");
+                ctx.recorder.pod(
                     pod,
-                    "ContainerCreating",
-                    &format!("Failed to create pod sandbox: {e}"),
+                    super::recorder::WARNING,
+                    "FailedCreatePodSandBox",
+                    &msg,
                 );
+                ctx.set_pod_reason(pod, "ContainerCreating", &msg);
                 soonest(None);
                 return retry;
             }

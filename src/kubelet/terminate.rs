@@ -71,6 +71,15 @@ pub async fn kill_container(
     }
     let grace = grace.max(MIN_GRACE);
     tracing::info!(container_id = %c.id, container = %c.name, grace, "stopping container");
+    if let Some(p) = pod {
+        ctx.recorder.container(
+            p,
+            &c.name,
+            super::recorder::NORMAL,
+            "Killing",
+            &format!("Stopping container {}", c.name),
+        );
+    }
     if let Err(e) = ctx.cri.stop_container(&c.id, grace).await {
         tracing::warn!(container_id = %c.id, error = %e, "stop container failed");
     }

@@ -217,7 +217,7 @@ fn mounts_under(dir: &Path) -> Vec<PathBuf> {
     v
 }
 
-fn is_mountpoint(p: &Path) -> bool {
+pub fn is_mountpoint(p: &Path) -> bool {
     mounts_under(p).iter().any(|m| m == p)
 }
 

@@ -4,6 +4,7 @@
 //! roots, sockets and config dirs.
 #![allow(dead_code, clippy::unwrap_used)]
 
+pub mod apiserver;
 pub mod cni;
 pub mod containerd;
 pub mod ctr;

@@ -1,0 +1,646 @@
+//! What a pod reads from the API server, as the kubelet's volume plugins
+//! and env resolution provide it:
+//!
+//! - volumes `secret`, `configMap`, `downwardAPI` and `projected`
+//!   (sources `serviceAccountToken`, `configMap`, `secret`, `downwardAPI`,
+//!   which is how every pod gets its `kube-api-access-*` volume), written
+//!   under `<pod dir>/volumes/kubernetes.io~<kind>/<name>/` the kubelet's
+//!   atomic way: files in a timestamped `..<time>` dir, `..data` pointing
+//!   at it (swapped by rename), each top-level name a symlink through
+//!   `..data`; secret and projected volumes on tmpfs. Every sync rewrites
+//!   a volume whose content changed, so edits reach running containers;
+//! - env `valueFrom.secretKeyRef` / `configMapKeyRef` and `envFrom`.
+//!
+//! Service-account tokens come from the TokenRequest API, bound to the
+//! pod, and are renewed after 80% of their lifetime. Without an API server
+//! (static pods only) such references fail with a clear message.
+
+use super::{defaults, volumes, Ctx};
+use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Container, DownwardAPIVolumeFile, KeyToPath, Pod, Secret, ServiceAccount, Volume,
+};
+use kube::api::{Api, PostParams};
+use std::collections::{BTreeMap, HashMap};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Relative path → (content, mode).
+pub type Files = BTreeMap<String, (Vec<u8>, u32)>;
+
+const DEFAULT_MODE: u32 = 0o644;
+const TOKEN_SECONDS: i64 = 3607;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    Secret,
+    ConfigMap,
+}
+
+impl Kind {
+    fn word(self) -> &'static str {
+        match self {
+            Kind::Secret => "secret",
+            Kind::ConfigMap => "configmap",
+        }
+    }
+}
+
+type TokenKey = (String, String, String, i64, String);
+
+/// Reads secrets and config maps and requests tokens.
+#[derive(Default)]
+pub struct Objects {
+    client: Option<kube::Client>,
+    tokens: Mutex<HashMap<TokenKey, (String, Instant, Duration)>>,
+}
+
+impl Objects {
+    pub fn new(client: Option<kube::Client>) -> Objects {
+        Objects {
+            client,
+            tokens: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn client(&self, what: &str) -> Result<kube::Client, String> {
+        self.client.clone().ok_or_else(|| {
+            format!("{what} needs an API server: run husk kubelet with --kubeconfig")
+        })
+    }
+
+    /// An object's data (None: it does not exist).
+    pub async fn data(
+        &self,
+        kind: Kind,
+        ns: &str,
+        name: &str,
+    ) -> Result<Option<BTreeMap<String, Vec<u8>>>, String> {
+        let client = self.client(&format!("{} {name:?}", kind.word()))?;
+        let r = match kind {
+            Kind::Secret => Api::<Secret>::namespaced(client, ns)
+                .get_opt(name)
+                .await
+                .map(|o| {
+                    o.map(|s| {
+                        let mut d: BTreeMap<String, Vec<u8>> = s
+                            .string_data
+                            .unwrap_or_default()
+                            .into_iter()
+                            .map(|(k, v)| (k, v.into_bytes()))
+                            .collect();
+                        d.extend(
+                            s.data
+                                .unwrap_or_default()
+                                .into_iter()
+                                .map(|(k, v)| (k, v.0)),
+                        );
+                        d
+                    })
+                }),
+            Kind::ConfigMap => Api::<ConfigMap>::namespaced(client, ns)
+                .get_opt(name)
+                .await
+                .map(|o| {
+                    o.map(|c| {
+                        let mut d: BTreeMap<String, Vec<u8>> = c
+                            .data
+                            .unwrap_or_default()
+                            .into_iter()
+                            .map(|(k, v)| (k, v.into_bytes()))
+                            .collect();
+                        d.extend(
+                            c.binary_data
+                                .unwrap_or_default()
+                                .into_iter()
+                                .map(|(k, v)| (k, v.0)),
+                        );
+                        d
+                    })
+                }),
+        };
+        r.map_err(|e| format!("cannot get {} {ns}/{name}: {e}", kind.word()))
+    }
+
+    /// A token of the pod's service account, bound to the pod.
+    pub async fn token(&self, pod: &Pod, audience: &str, seconds: i64) -> Result<String, String> {
+        let ns = defaults::namespace(pod).to_string();
+        let sa = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.service_account_name.clone())
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| "default".into());
+        let key = (
+            ns.clone(),
+            sa.clone(),
+            audience.to_string(),
+            seconds,
+            defaults::uid(pod).to_string(),
+        );
+        if let Some((t, at, ttl)) = self.lock().get(&key) {
+            if at.elapsed() < ttl.mul_f64(0.8) {
+                return Ok(t.clone());
+            }
+        }
+        let client = self.client("a service account token")?;
+        let req = TokenRequest {
+            spec: Some(TokenRequestSpec {
+                audiences: (!audience.is_empty()).then(|| vec![audience.to_string()]),
+                expiration_seconds: Some(seconds),
+                bound_object_ref: Some(BoundObjectReference {
+                    api_version: Some("v1".into()),
+                    kind: Some("Pod".into()),
+                    name: Some(defaults::name(pod).into()),
+                    uid: Some(defaults::uid(pod).into()),
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let r = Api::<ServiceAccount>::namespaced(client, &ns)
+            .create_token_request(&sa, &PostParams::default(), &req)
+            .await
+            .map_err(|e| format!("cannot get a token for service account {ns}/{sa}: {e}"))?;
+        let token = r
+            .status
+            .and_then(|s| s.token)
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| {
+                format!("service account {ns}/{sa}: the token request returned no token")
+            })?;
+        self.lock().insert(
+            key,
+            (
+                token.clone(),
+                Instant::now(),
+                Duration::from_secs(seconds.max(60) as u64),
+            ),
+        );
+        Ok(token)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<TokenKey, (String, Instant, Duration)>> {
+        self.tokens.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Forgets a pod's tokens.
+    pub fn forget_pod(&self, uid: &str) {
+        self.lock().retain(|k, _| k.4 != uid);
+    }
+}
+
+fn mode(m: Option<i32>, default: u32) -> u32 {
+    m.map(|m| m as u32 & 0o777).unwrap_or(default)
+}
+
+/// The keys of `data` a volume projects (`items`, or every key).
+fn project(
+    data: &BTreeMap<String, Vec<u8>>,
+    items: Option<&[KeyToPath]>,
+    default_mode: u32,
+    optional: bool,
+    what: &str,
+    out: &mut Files,
+) -> Result<(), String> {
+    match items.filter(|i| !i.is_empty()) {
+        None => {
+            for (k, v) in data {
+                out.insert(k.clone(), (v.clone(), default_mode));
+            }
+        }
+        Some(items) => {
+            for it in items {
+                match data.get(&it.key) {
+                    Some(v) => {
+                        out.insert(it.path.clone(), (v.clone(), mode(it.mode, default_mode)));
+                    }
+                    None if optional => {}
+                    None => return Err(format!("{what} references non-existent key: {}", it.key)),
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn object(
+    objs: &Objects,
+    kind: Kind,
+    ns: &str,
+    name: &str,
+    optional: bool,
+) -> Result<BTreeMap<String, Vec<u8>>, String> {
+    match objs.data(kind, ns, name).await? {
+        Some(d) => Ok(d),
+        None if optional => Ok(BTreeMap::new()),
+        None => Err(format!("{} {name:?} not found", kind.word())),
+    }
+}
+
+fn downward(
+    ctx: &Ctx,
+    pod: &Pod,
+    items: &[DownwardAPIVolumeFile],
+    default_mode: u32,
+    out: &mut Files,
+) -> Result<(), String> {
+    for it in items {
+        let v = if let Some(f) = &it.field_ref {
+            super::container_config::pod_field(
+                pod,
+                &f.field_path,
+                &[],
+                ctx.settings.node_ip.as_deref().unwrap_or(""),
+            )
+        } else if let Some(r) = &it.resource_field_ref {
+            let name = r.container_name.clone().unwrap_or_default();
+            let c = defaults::containers(pod)
+                .iter()
+                .chain(defaults::init_containers(pod))
+                .find(|c| c.name == name)
+                .ok_or_else(|| format!("downwardAPI {}: no container {name:?}", it.path))?;
+            super::container_config::resource_value(
+                &ctx.settings,
+                c,
+                &r.resource,
+                r.divisor.as_ref().map(|d| d.0.as_str()),
+            )
+        } else {
+            continue;
+        };
+        out.insert(
+            it.path.clone(),
+            (v.into_bytes(), mode(it.mode, default_mode)),
+        );
+    }
+    Ok(())
+}
+
+/// A volume's files and its directory kind; None for volumes that are
+/// not this module's (emptyDir, hostPath).
+pub async fn volume_files(
+    ctx: &Ctx,
+    pod: &Pod,
+    v: &Volume,
+) -> Result<Option<(&'static str, Files)>, String> {
+    let ns = defaults::namespace(pod);
+    let objs = &ctx.objects;
+    let mut out = Files::new();
+    if let Some(s) = &v.secret {
+        let name = s.secret_name.clone().unwrap_or_default();
+        let optional = s.optional.unwrap_or(false);
+        let d = object(objs, Kind::Secret, ns, &name, optional).await?;
+        let what = format!("secret {name:?}");
+        project(
+            &d,
+            s.items.as_deref(),
+            mode(s.default_mode, DEFAULT_MODE),
+            optional,
+            &what,
+            &mut out,
+        )?;
+        return Ok(Some(("kubernetes.io~secret", out)));
+    }
+    if let Some(c) = &v.config_map {
+        let optional = c.optional.unwrap_or(false);
+        let d = object(objs, Kind::ConfigMap, ns, &c.name, optional).await?;
+        let what = format!("configmap {:?}", c.name);
+        project(
+            &d,
+            c.items.as_deref(),
+            mode(c.default_mode, DEFAULT_MODE),
+            optional,
+            &what,
+            &mut out,
+        )?;
+        return Ok(Some(("kubernetes.io~configmap", out)));
+    }
+    if let Some(d) = &v.downward_api {
+        let m = mode(d.default_mode, DEFAULT_MODE);
+        downward(
+            ctx,
+            pod,
+            d.items.as_deref().unwrap_or_default(),
+            m,
+            &mut out,
+        )?;
+        return Ok(Some(("kubernetes.io~downward-api", out)));
+    }
+    if let Some(p) = &v.projected {
+        let m = mode(p.default_mode, DEFAULT_MODE);
+        for src in p.sources.iter().flatten() {
+            if let Some(t) = &src.service_account_token {
+                let token = objs
+                    .token(
+                        pod,
+                        t.audience.as_deref().unwrap_or(""),
+                        t.expiration_seconds.unwrap_or(TOKEN_SECONDS),
+                    )
+                    .await?;
+                out.insert(t.path.clone(), (token.into_bytes(), m));
+            }
+            if let Some(c) = &src.config_map {
+                let optional = c.optional.unwrap_or(false);
+                let d = object(objs, Kind::ConfigMap, ns, &c.name, optional).await?;
+                let what = format!("configmap {:?}", c.name);
+                project(&d, c.items.as_deref(), m, optional, &what, &mut out)?;
+            }
+            if let Some(s) = &src.secret {
+                let optional = s.optional.unwrap_or(false);
+                let d = object(objs, Kind::Secret, ns, &s.name, optional).await?;
+                let what = format!("secret {:?}", s.name);
+                project(&d, s.items.as_deref(), m, optional, &what, &mut out)?;
+            }
+            if let Some(d) = &src.downward_api {
+                downward(
+                    ctx,
+                    pod,
+                    d.items.as_deref().unwrap_or_default(),
+                    m,
+                    &mut out,
+                )?;
+            }
+        }
+        return Ok(Some(("kubernetes.io~projected", out)));
+    }
+    Ok(None)
+}
+
+/// A relative path that stays inside its volume.
+fn safe(rel: &str) -> bool {
+    !rel.is_empty()
+        && !rel.starts_with('/')
+        && !rel.starts_with("..")
+        && Path::new(rel)
+            .components()
+            .all(|c| matches!(c, std::path::Component::Normal(_)))
+}
+
+/// The files under `..data` now, or None.
+fn current(dir: &Path) -> Option<Files> {
+    let data = dir.join("..data");
+    let mut out = Files::new();
+    fn walk(base: &Path, d: &Path, out: &mut Files) -> Option<()> {
+        for e in std::fs::read_dir(d).ok()?.flatten() {
+            let p = e.path();
+            let ft = e.file_type().ok()?;
+            if ft.is_dir() {
+                walk(base, &p, out)?;
+            } else {
+                let rel = p.strip_prefix(base).ok()?.to_string_lossy().into_owned();
+                let m = e.metadata().ok()?.permissions().mode() & 0o777;
+                out.insert(rel, (std::fs::read(&p).ok()?, m));
+            }
+        }
+        Some(())
+    }
+    walk(&data, &data, &mut out)?;
+    Some(out)
+}
+
+/// Writes `files` into `dir` atomically (the kubelet's AtomicWriter);
+/// nothing is written when the content is unchanged.
+pub fn write_atomic(dir: &Path, files: &Files) -> std::io::Result<()> {
+    for rel in files.keys() {
+        if !safe(rel) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("invalid path {rel:?}: must be relative and may not contain '..'"),
+            ));
+        }
+    }
+    if current(dir).as_ref() == Some(files) {
+        return Ok(());
+    }
+    std::fs::create_dir_all(dir)?;
+    let stamp = format!("..{}", defaults::now().0.strftime("%Y_%m_%d_%H_%M_%S.%f"));
+    let ts = dir.join(&stamp);
+    std::fs::create_dir_all(&ts)?;
+    for (rel, (bytes, m)) in files {
+        let p = ts.join(rel);
+        if let Some(parent) = p.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::write(&p, bytes)?;
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(*m))?;
+    }
+    let old = std::fs::read_link(dir.join("..data")).ok();
+    let tmp = dir.join("..data_tmp");
+    let _ = std::fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(&stamp, &tmp)?;
+    std::fs::rename(&tmp, dir.join("..data"))?;
+    let tops: std::collections::BTreeSet<String> = files
+        .keys()
+        .filter_map(|k| k.split('/').next().map(String::from))
+        .collect();
+    for t in &tops {
+        let link = dir.join(t);
+        if std::fs::symlink_metadata(&link).is_err() {
+            std::os::unix::fs::symlink(PathBuf::from("..data").join(t), &link)?;
+        }
+    }
+    for e in std::fs::read_dir(dir)?.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !name.starts_with("..") && !tops.contains(&name) {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+    if let Some(o) = old.filter(|o| *o != Path::new(&stamp)) {
+        let _ = std::fs::remove_dir_all(dir.join(o));
+    }
+    Ok(())
+}
+
+/// Sets up every API-backed volume of the pod; returns name → host path.
+pub async fn setup(ctx: &Ctx, pod: &Pod) -> Result<HashMap<String, PathBuf>, volumes::VolumeError> {
+    let dir = volumes::pod_dir(&ctx.settings, defaults::uid(pod)).join("volumes");
+    let mut out = HashMap::new();
+    for v in pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.volumes.as_ref())
+        .into_iter()
+        .flatten()
+    {
+        let fail = |message: String| volumes::VolumeError::Setup {
+            volume: v.name.clone(),
+            message,
+        };
+        let Some((kind, files)) = volume_files(ctx, pod, v).await.map_err(fail)? else {
+            continue;
+        };
+        let p = dir.join(kind).join(&v.name);
+        std::fs::create_dir_all(&p).map_err(|e| fail(format!("create {}: {e}", p.display())))?;
+        if matches!(kind, "kubernetes.io~secret" | "kubernetes.io~projected")
+            && !volumes::is_mountpoint(&p)
+        {
+            rustix::mount::mount(
+                "tmpfs",
+                &p,
+                "tmpfs",
+                rustix::mount::MountFlags::empty(),
+                Some(c"mode=0755"),
+            )
+            .map_err(|e| fail(format!("mount tmpfs at {}: {e}", p.display())))?;
+        }
+        write_atomic(&p, &files).map_err(|e| fail(e.to_string()))?;
+        out.insert(v.name.clone(), p);
+    }
+    Ok(out)
+}
+
+/// Env from secrets and config maps: (kind, name) → data, for every
+/// object the container's env and envFrom name (None: optional, absent).
+pub type EnvObjects = HashMap<(Kind, String), Option<BTreeMap<String, Vec<u8>>>>;
+
+/// Fetches what a container's env refers to; Err is a
+/// CreateContainerConfigError message.
+pub async fn env_objects(ctx: &Ctx, pod: &Pod, c: &Container) -> Result<EnvObjects, String> {
+    let ns = defaults::namespace(pod);
+    let mut want: Vec<(Kind, String, bool)> = Vec::new();
+    for e in c.env.iter().flatten() {
+        let Some(src) = &e.value_from else { continue };
+        if let Some(r) = &src.secret_key_ref {
+            want.push((Kind::Secret, r.name.clone(), r.optional.unwrap_or(false)));
+        }
+        if let Some(r) = &src.config_map_key_ref {
+            want.push((Kind::ConfigMap, r.name.clone(), r.optional.unwrap_or(false)));
+        }
+    }
+    for f in c.env_from.iter().flatten() {
+        if let Some(r) = &f.secret_ref {
+            want.push((Kind::Secret, r.name.clone(), r.optional.unwrap_or(false)));
+        }
+        if let Some(r) = &f.config_map_ref {
+            want.push((Kind::ConfigMap, r.name.clone(), r.optional.unwrap_or(false)));
+        }
+    }
+    let mut out = EnvObjects::new();
+    for (kind, name, optional) in want {
+        if out.contains_key(&(kind, name.clone())) {
+            continue;
+        }
+        let d = ctx.objects.data(kind, ns, &name).await?;
+        if d.is_none() && !optional {
+            return Err(format!("{} {name:?} not found", kind.word()));
+        }
+        out.insert((kind, name), d);
+    }
+    for e in c.env.iter().flatten() {
+        let Some(src) = &e.value_from else { continue };
+        let refs = [
+            src.secret_key_ref
+                .as_ref()
+                .map(|r| (Kind::Secret, &r.name, &r.key, r.optional)),
+            src.config_map_key_ref
+                .as_ref()
+                .map(|r| (Kind::ConfigMap, &r.name, &r.key, r.optional)),
+        ];
+        for (kind, name, key, optional) in refs.into_iter().flatten() {
+            let has = out
+                .get(&(kind, name.clone()))
+                .and_then(|d| d.as_ref())
+                .is_some_and(|d| d.contains_key(key));
+            if !has && !optional.unwrap_or(false) {
+                let what = if kind == Kind::Secret {
+                    "Secret"
+                } else {
+                    "ConfigMap"
+                };
+                return Err(format!("couldn't find key {key} in {what} {ns}/{name}"));
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn files(entries: &[(&str, &str, u32)]) -> Files {
+        entries
+            .iter()
+            .map(|(k, v, m)| (k.to_string(), (v.as_bytes().to_vec(), *m)))
+            .collect()
+    }
+
+    #[test]
+    fn atomic_writes_swap_data_and_keep_links() {
+        let d = tempfile::tempdir().unwrap();
+        let v = d.path().join("vol");
+        write_atomic(&v, &files(&[("a", "1", 0o644), ("dir/b", "2", 0o600)])).unwrap();
+        assert_eq!(std::fs::read_to_string(v.join("a")).unwrap(), "1");
+        assert_eq!(std::fs::read_to_string(v.join("dir/b")).unwrap(), "2");
+        assert_eq!(
+            std::fs::read_link(v.join("a")).unwrap(),
+            PathBuf::from("..data/a")
+        );
+        let meta = std::fs::metadata(v.join("dir/b")).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+        let first = std::fs::read_link(v.join("..data")).unwrap();
+        // Unchanged content: nothing rewritten.
+        write_atomic(&v, &files(&[("a", "1", 0o644), ("dir/b", "2", 0o600)])).unwrap();
+        assert_eq!(std::fs::read_link(v.join("..data")).unwrap(), first);
+        // Changed: a new data dir, the old one gone, dropped keys unlinked.
+        write_atomic(&v, &files(&[("a", "3", 0o644)])).unwrap();
+        assert_eq!(std::fs::read_to_string(v.join("a")).unwrap(), "3");
+        assert_ne!(std::fs::read_link(v.join("..data")).unwrap(), first);
+        assert!(!v.join(&first).exists());
+        assert!(std::fs::symlink_metadata(v.join("dir")).is_err());
+        let entries = std::fs::read_dir(&v).unwrap().count();
+        assert_eq!(entries, 3, "a, ..data and one timestamped dir");
+        assert!(write_atomic(&v, &files(&[("../x", "no", 0o644)])).is_err());
+        assert!(write_atomic(&v, &files(&[("/etc/x", "no", 0o644)])).is_err());
+    }
+
+    #[test]
+    fn items_select_keys_and_missing_keys_fail_unless_optional() {
+        let data: BTreeMap<String, Vec<u8>> = [
+            ("k1".to_string(), b"v1".to_vec()),
+            ("k2".to_string(), b"v2".to_vec()),
+        ]
+        .into();
+        let mut out = Files::new();
+        project(&data, None, 0o644, false, "secret \"s\"", &mut out).unwrap();
+        assert_eq!(out.len(), 2);
+        let items = vec![KeyToPath {
+            key: "k2".into(),
+            path: "sub/file".into(),
+            mode: Some(0o400),
+            ..Default::default()
+        }];
+        let mut out = Files::new();
+        project(&data, Some(&items), 0o644, false, "secret \"s\"", &mut out).unwrap();
+        assert_eq!(out["sub/file"], (b"v2".to_vec(), 0o400));
+        let missing = vec![KeyToPath {
+            key: "nope".into(),
+            path: "x".into(),
+            mode: None,
+            ..Default::default()
+        }];
+        let e = project(
+            &data,
+            Some(&missing),
+            0o644,
+            false,
+            "secret \"s\"",
+            &mut Files::new(),
+        )
+        .unwrap_err();
+        assert!(e.contains("non-existent key: nope"), "{e}");
+        project(
+            &data,
+            Some(&missing),
+            0o644,
+            true,
+            "secret \"s\"",
+            &mut Files::new(),
+        )
+        .unwrap();
+    }
+}

@@ -1,0 +1,524 @@
+//! `husk kubelet --kubeconfig` as a node of a cluster, against the
+//! stand-in API server (tests/common/apiserver.rs) and a real `husk
+//! serve`: node registration, Lease heartbeats and node status; pods bound
+//! to the node run, their status patched back (only on change) with
+//! events; graceful deletion ends with the API object deleted; static
+//! pods get mirror pods; watches that break, 410 Gone, an unreachable
+//! server and wrong credentials are survived without a restart.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::apiserver::{self, ApiServer};
+use common::images::*;
+use common::kubelet::*;
+use common::pod::{self, Pod};
+use serde_json::{json, Value};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+const TOKEN: &str = "node-token-1";
+
+/// husk serve + a registry with `test/busybox:1` + the stand-in API
+/// server + a kubelet joined to it. On drop, the API pods are deleted
+/// first so the kubelet tears them down while the runtime is there.
+struct Env {
+    k: Kubelet,
+    api: ApiServer,
+    p: Pod,
+    image: String,
+    _kc: tempfile::TempDir,
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        for pod in self.api.s.list("pods") {
+            let path = format!(
+                "/api/v1/namespaces/{}/pods/{}",
+                pod["metadata"]["namespace"].as_str().unwrap_or("default"),
+                pod["metadata"]["name"].as_str().unwrap_or("")
+            );
+            self.api.s.delete(&path, Some(0));
+        }
+    }
+}
+
+async fn env_with(token: &str) -> Env {
+    let p = pod::setup(vec![]).await;
+    let pusher = Pusher::new(&p.reg);
+    let img = Image::new(vec![Layer::new(&busybox_entries(), Compression::Gzip)]);
+    pusher.image("test/busybox", "1", &img, Format::Oci).await;
+    let image = format!("{}/test/busybox:1", p.reg.host());
+    let api = apiserver::start(TOKEN).await;
+    let dir = tempfile::tempdir().unwrap();
+    let kc = dir.path().join("kubeconfig");
+    std::fs::write(&kc, api.kubeconfig(token)).unwrap();
+    let k = Kubelet::start_with(
+        &p.h.endpoint(),
+        &p.cgroup_parent,
+        vec![
+            "--kubeconfig".into(),
+            kc.display().to_string(),
+            "--node-ip".into(),
+            "127.0.0.1".into(),
+            "--port".into(),
+            common::free_port().to_string(),
+            "--node-status-update-frequency".into(),
+            "2s".into(),
+        ],
+    );
+    Env {
+        k,
+        api,
+        p,
+        image,
+        _kc: dir,
+    }
+}
+
+async fn env() -> Env {
+    env_with(TOKEN).await
+}
+
+impl Env {
+    fn pod_path(&self, name: &str) -> String {
+        format!("/api/v1/namespaces/default/pods/{name}")
+    }
+
+    fn node_path(&self) -> String {
+        format!("/api/v1/nodes/{}", self.k.node)
+    }
+
+    fn lease_path(&self) -> String {
+        format!(
+            "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{}",
+            self.k.node
+        )
+    }
+
+    /// Creates a pod bound to this node.
+    fn create(&self, name: &str, containers: Value) -> Value {
+        self.api.s.create(
+            "/api/v1/namespaces/default/pods",
+            json!({"metadata": {"name": name},
+                   "spec": {"nodeName": self.k.node, "terminationGracePeriodSeconds": 5,
+                            "containers": containers}}),
+        )
+    }
+
+    fn sleeper(&self) -> Value {
+        json!([{"name": "app", "image": self.image, "command": ["/bin/sleep", "3600"]}])
+    }
+
+    /// Waits until `pred` holds for the object at `path`.
+    async fn wait(
+        &self,
+        path: &str,
+        what: &str,
+        secs: u64,
+        pred: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            let v = self.api.s.get(path);
+            if let Some(v) = &v {
+                if pred(v) {
+                    return v.clone();
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what} at {path}\nlast: {}\nkubelet log:\n{}",
+                v.map(|v| serde_json::to_string_pretty(&v).unwrap())
+                    .unwrap_or_default(),
+                tail(&self.k.log(), 60)
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn wait_gone(&self, path: &str, secs: u64) {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        while self.api.s.get(path).is_some() {
+            assert!(
+                Instant::now() < deadline,
+                "{path} still there\nkubelet log:\n{}",
+                tail(&self.k.log(), 60)
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn running_and_ready(&self, name: &str) -> Value {
+        self.wait(&self.pod_path(name), "Running and Ready", 60, |v| {
+            phase(v) == "Running" && condition(v, "Ready")
+        })
+        .await
+    }
+
+    fn event_reasons(&self, uid: &str) -> Vec<String> {
+        self.api
+            .s
+            .list("events")
+            .iter()
+            .filter(|e| e["involvedObject"]["uid"] == uid)
+            .map(|e| e["reason"].as_str().unwrap_or("").to_string())
+            .collect()
+    }
+}
+
+fn cond_status<'a>(v: &'a Value, kind: &str) -> &'a str {
+    v["status"]["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == kind))
+        .and_then(|c| c["status"].as_str())
+        .unwrap_or("")
+}
+
+/// Sandboxes the runtime holds for a pod UID (any state).
+async fn sandboxes(endpoint: &str, uid: &str) -> usize {
+    let ch = husk::cli::connect(endpoint).await.unwrap();
+    let mut rt = husk::api::cri::runtime_service_client::RuntimeServiceClient::new(ch);
+    rt.list_pod_sandbox(husk::api::cri::ListPodSandboxRequest {
+        filter: Some(husk::api::cri::PodSandboxFilter {
+            label_selector: [("io.kubernetes.pod.uid".to_string(), uid.to_string())].into(),
+            ..Default::default()
+        }),
+    })
+    .await
+    .unwrap()
+    .into_inner()
+    .items
+    .len()
+}
+
+#[test]
+fn stand_in_merge_patch_and_paths() {
+    use apiserver::{civil, merge, unescape, Target};
+    let mut v = json!({"a": {"b": 1, "c": 2}, "d": [1]});
+    merge(&mut v, &json!({"a": {"b": null, "e": 3}, "d": [2, 3]}));
+    assert_eq!(v, json!({"a": {"c": 2, "e": 3}, "d": [2, 3]}));
+    let t = Target::parse("/api/v1/namespaces/ns/pods/p/status").unwrap();
+    assert_eq!(t.key(), "/api/v1/namespaces/ns/pods/p");
+    assert_eq!(t.sub.as_deref(), Some("status"));
+    let all = Target::parse("/api/v1/pods").unwrap();
+    assert!(all.lists("/api/v1/namespaces/x/pods/p"));
+    assert!(!all.lists("/api/v1/namespaces/x/events/p"));
+    assert_eq!(civil(0), (1970, 1, 1));
+    assert_eq!(civil(19723), (2024, 1, 1));
+    assert_eq!(unescape("spec.nodeName%3Dn1"), "spec.nodeName=n1");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn node_registers_renews_its_lease_and_reports_status() {
+    if !common::require_root() {
+        return;
+    }
+    let e = env().await;
+    let node = e
+        .wait(&e.node_path(), "a Ready node", 30, |v| {
+            cond_status(v, "Ready") == "True"
+        })
+        .await;
+    let st = &node["status"];
+    assert_eq!(
+        st["addresses"][0],
+        json!({"type": "InternalIP", "address": "127.0.0.1"})
+    );
+    assert_eq!(st["addresses"][1]["type"], "Hostname");
+    assert_eq!(st["capacity"]["pods"], "110");
+    assert!(
+        st["capacity"]["cpu"]
+            .as_str()
+            .unwrap()
+            .parse::<u32>()
+            .unwrap()
+            >= 1
+    );
+    assert!(st["allocatable"]["memory"]
+        .as_str()
+        .unwrap()
+        .ends_with("Ki"));
+    assert!(st["nodeInfo"]["containerRuntimeVersion"]
+        .as_str()
+        .unwrap()
+        .starts_with("husk://"));
+    assert!(st["nodeInfo"]["kubeletVersion"]
+        .as_str()
+        .unwrap()
+        .starts_with("v1."));
+    assert_eq!(st["nodeInfo"]["operatingSystem"], "linux");
+    assert!(
+        st["daemonEndpoints"]["kubeletEndpoint"]["Port"]
+            .as_i64()
+            .unwrap()
+            > 0
+    );
+    for c in ["MemoryPressure", "DiskPressure", "PIDPressure"] {
+        assert!(!cond_status(&node, c).is_empty(), "{c} missing: {node}");
+    }
+    assert_eq!(
+        node["metadata"]["labels"]["kubernetes.io/hostname"],
+        e.k.node.as_str()
+    );
+    // The Lease is held by the node and renewed.
+    let lease = e
+        .wait(&e.lease_path(), "the node lease", 30, |v| {
+            !v["spec"]["renewTime"].is_null()
+        })
+        .await;
+    assert_eq!(lease["spec"]["holderIdentity"], e.k.node.as_str());
+    assert_eq!(lease["metadata"]["ownerReferences"][0]["kind"], "Node");
+    let first = lease["spec"]["renewTime"].clone();
+    e.wait(&e.lease_path(), "a renewed lease", 30, |v| {
+        v["spec"]["renewTime"] != first
+    })
+    .await;
+    // A Node deleted behind the kubelet's back is registered again.
+    e.api.s.delete(&e.node_path(), Some(0));
+    e.wait(&e.node_path(), "the node registered again", 30, |v| {
+        cond_status(v, "Ready") == "True"
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn api_pods_run_report_status_and_delete_gracefully() {
+    if !common::require_root() {
+        return;
+    }
+    let e = env().await;
+    let created = e.create("web", e.sleeper());
+    let uid = created["metadata"]["uid"].as_str().unwrap().to_string();
+    let v = e.running_and_ready("web").await;
+    let st = &v["status"];
+    assert!(!st["podIP"].as_str().unwrap_or("").is_empty(), "{v}");
+    assert_eq!(st["podIPs"][0]["ip"], st["podIP"]);
+    assert_eq!(st["hostIP"], "127.0.0.1");
+    assert!(!st["startTime"].is_null());
+    for c in [
+        "PodScheduled",
+        "PodReadyToStartContainers",
+        "Initialized",
+        "ContainersReady",
+        "Ready",
+    ] {
+        assert_eq!(cond_status(&v, c), "True", "{c}: {v}");
+    }
+    let c = container(&v, "app");
+    assert!(
+        c["containerID"].as_str().unwrap().starts_with("husk://"),
+        "{c}"
+    );
+    assert!(!c["imageID"].as_str().unwrap().is_empty(), "{c}");
+    assert_eq!(c["ready"], true);
+    assert_eq!(c["started"], true);
+    assert_eq!(c["restartCount"], 0);
+    assert!(!c["state"]["running"]["startedAt"].is_null());
+    // Events, as the kubelet's recorder names them.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let r = e.event_reasons(&uid);
+        if ["Pulling", "Pulled", "Created", "Started"]
+            .iter()
+            .all(|x| r.iter().any(|y| y == x))
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "events: {r:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Status is patched only when it changes.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let patches = e.api.s.count("PATCH", "/pods/web/status");
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(
+        e.api.s.count("PATCH", "/pods/web/status"),
+        patches,
+        "steady status re-patched"
+    );
+    assert_eq!(sandboxes(&e.p.h.endpoint(), &uid).await, 1);
+    // Graceful deletion: containers stopped, then the object deleted.
+    e.api.s.delete(&e.pod_path("web"), Some(5));
+    e.wait_gone(&e.pod_path("web"), 30).await;
+    assert_eq!(sandboxes(&e.p.h.endpoint(), &uid).await, 0);
+    assert!(e.event_reasons(&uid).iter().any(|r| r == "Killing"));
+    assert!(e.k.log().contains("pod is being deleted"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pod_the_node_cannot_run_is_failed_with_a_reason() {
+    if !common::require_root() {
+        return;
+    }
+    let e = env().await;
+    e.api.s.create(
+        "/api/v1/namespaces/default/pods",
+        json!({"metadata": {"name": "nfs"},
+               "spec": {"nodeName": e.k.node,
+                        "volumes": [{"name": "v", "nfs": {"server": "127.0.0.1", "path": "/x"}}],
+                        "containers": [{"name": "app", "image": e.image}]}}),
+    );
+    let v = e
+        .wait(&e.pod_path("nfs"), "a Failed pod", 30, |v| {
+            phase(v) == "Failed"
+        })
+        .await;
+    assert!(
+        !v["status"]["reason"].as_str().unwrap_or("").is_empty(),
+        "{v}"
+    );
+    assert!(
+        v["status"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("nfs"),
+        "{v}"
+    );
+    // The node goes on: another pod runs.
+    e.create("ok", e.sleeper());
+    e.running_and_ready("ok").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn broken_watches_and_410_gone_run_each_pod_once() {
+    if !common::require_root() {
+        return;
+    }
+    let e = env().await;
+    e.api.s.break_watches_ms.store(700, Ordering::SeqCst);
+    let a = e.create("a", e.sleeper());
+    e.running_and_ready("a").await;
+    // History compacted while the watch is down: a resume gets 410 and relists.
+    for _ in 0..3 {
+        e.api.s.compact();
+        tokio::time::sleep(Duration::from_millis(800)).await;
+    }
+    let b = e.create("b", e.sleeper());
+    e.running_and_ready("b").await;
+    e.api.s.compact();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for p in [&a, &b] {
+        let uid = p["metadata"]["uid"].as_str().unwrap();
+        assert_eq!(sandboxes(&e.p.h.endpoint(), uid).await, 1, "{uid}");
+    }
+    // A deletion seen through a relist still ends the pod.
+    e.api.s.delete(&e.pod_path("a"), Some(2));
+    e.wait_gone(&e.pod_path("a"), 30).await;
+    assert!(e.api.s.count("GET", "/api/v1/pods") > 5);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unreachable_api_server_is_survived() {
+    if !common::require_root() {
+        return;
+    }
+    let e = env().await;
+    let created = e.create("web", e.sleeper());
+    let uid = created["metadata"]["uid"].as_str().unwrap().to_string();
+    e.running_and_ready("web").await;
+    e.api.s.unavailable.store(true, Ordering::SeqCst);
+    let before = e.api.s.get(&e.lease_path()).unwrap();
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    // The pod kept running, and the failures were logged once per cause.
+    assert_eq!(sandboxes(&e.p.h.endpoint(), &uid).await, 1);
+    let log = e.k.log();
+    let lines = log
+        .lines()
+        .filter(|l| l.contains("API server call failed"))
+        .count();
+    assert!(
+        (1..=8).contains(&lines),
+        "{lines} failure lines:\n{}",
+        tail(&log, 40)
+    );
+    e.api.s.unavailable.store(false, Ordering::SeqCst);
+    e.wait(&e.lease_path(), "the lease renewed again", 30, |v| {
+        v["spec"]["renewTime"] != before["spec"]["renewTime"]
+    })
+    .await;
+    assert!(e.k.log().contains("API server reachable again"));
+    // Changes made after the outage are acted on.
+    e.api.s.delete(&e.pod_path("web"), Some(2));
+    e.wait_gone(&e.pod_path("web"), 30).await;
+    assert_eq!(sandboxes(&e.p.h.endpoint(), &uid).await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn static_pods_get_mirror_pods() {
+    if !common::require_root() {
+        return;
+    }
+    let e = env().await;
+    e.k.write(
+        "web.yaml",
+        &format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: web}}\nspec:\n  containers:\n  - {{name: app, image: {}, command: [/bin/sleep, '3600']}}\n", e.image),
+    );
+    let name = e.k.pod_name("web");
+    let m = e
+        .wait(&e.pod_path(&name), "a Running mirror pod", 60, |v| {
+            phase(v) == "Running"
+        })
+        .await;
+    let static_uid = e.k.status("web").unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        m["metadata"]["annotations"]["kubernetes.io/config.mirror"],
+        static_uid.as_str()
+    );
+    assert_ne!(m["metadata"]["uid"], static_uid.as_str());
+    assert_eq!(m["metadata"]["ownerReferences"][0]["kind"], "Node");
+    assert_eq!(m["spec"]["nodeName"], e.k.node.as_str());
+    assert!(container(&m, "app")["containerID"]
+        .as_str()
+        .unwrap()
+        .starts_with("husk://"));
+    // A mirror deleted by hand comes back.
+    e.api.s.delete(&e.pod_path(&name), Some(0));
+    e.wait(&e.pod_path(&name), "the mirror pod again", 30, |v| {
+        v["metadata"]["uid"] != m["metadata"]["uid"]
+    })
+    .await;
+    // The manifest removed: the mirror goes too.
+    e.k.remove("web.yaml");
+    e.wait_gone(&e.pod_path(&name), 60).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn wrong_credentials_are_reported_and_recovered_from() {
+    if !common::require_root() {
+        return;
+    }
+    let e = env_with("a-revoked-token").await;
+    e.k.write(
+        "web.yaml",
+        &format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: web}}\nspec:\n  containers:\n  - {{name: app, image: {}, command: [/bin/sleep, '3600']}}\n", e.image),
+    );
+    // Static pods run without the API server.
+    e.k.wait("web", "Running", 60, |v| phase(v) == "Running")
+        .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let log = e.k.log();
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("API server call failed"))
+        .collect();
+    assert!(!lines.is_empty() && lines.len() <= 8, "{lines:?}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("401") || l.contains("Unauthorized")),
+        "{lines:?}"
+    );
+    assert!(e.api.s.get(&e.node_path()).is_none());
+    // The credential becomes valid (a rotated token): the node joins.
+    *e.api.s.token.lock().unwrap() = "a-revoked-token".into();
+    e.wait(&e.node_path(), "the node registered", 60, |v| {
+        cond_status(v, "Ready") == "True"
+    })
+    .await;
+    e.k.remove("web.yaml");
+    e.k.wait_gone("web", 60).await;
+}
