@@ -198,6 +198,7 @@ impl StreamFlags {
                 .map_err(|e: String| anyhow::anyhow!(e))?,
             tls: husk::streaming::client::Tls {
                 ca: self.tls_ca.clone(),
+                client: None,
             },
         })
     }
@@ -417,7 +418,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 l,
                 r,
                 transport.parse().map_err(|e: String| anyhow::anyhow!(e))?,
-                husk::streaming::client::Tls { ca: tls_ca },
+                husk::streaming::client::Tls {
+                    ca: tls_ca,
+                    client: None,
+                },
             ))
         }
         Cmd::Kubelet {

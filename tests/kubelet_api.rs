@@ -9,188 +9,12 @@
 
 mod common;
 
-use common::apiserver::{self, ApiServer};
-use common::images::*;
+use common::apiserver;
+use common::cluster::*;
 use common::kubelet::*;
-use common::pod::{self, Pod};
-use serde_json::{json, Value};
+use serde_json::json;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
-
-const TOKEN: &str = "node-token-1";
-
-/// husk serve + a registry with `test/busybox:1` + the stand-in API
-/// server + a kubelet joined to it. On drop, the API pods are deleted
-/// first so the kubelet tears them down while the runtime is there.
-struct Env {
-    k: Kubelet,
-    api: ApiServer,
-    p: Pod,
-    image: String,
-    _kc: tempfile::TempDir,
-}
-
-impl Drop for Env {
-    fn drop(&mut self) {
-        for pod in self.api.s.list("pods") {
-            let path = format!(
-                "/api/v1/namespaces/{}/pods/{}",
-                pod["metadata"]["namespace"].as_str().unwrap_or("default"),
-                pod["metadata"]["name"].as_str().unwrap_or("")
-            );
-            self.api.s.delete(&path, Some(0));
-        }
-    }
-}
-
-async fn env_with(token: &str) -> Env {
-    let p = pod::setup(vec![]).await;
-    let pusher = Pusher::new(&p.reg);
-    let img = Image::new(vec![Layer::new(&busybox_entries(), Compression::Gzip)]);
-    pusher.image("test/busybox", "1", &img, Format::Oci).await;
-    let image = format!("{}/test/busybox:1", p.reg.host());
-    let api = apiserver::start(TOKEN).await;
-    let dir = tempfile::tempdir().unwrap();
-    let kc = dir.path().join("kubeconfig");
-    std::fs::write(&kc, api.kubeconfig(token)).unwrap();
-    let k = Kubelet::start_with(
-        &p.h.endpoint(),
-        &p.cgroup_parent,
-        vec![
-            "--kubeconfig".into(),
-            kc.display().to_string(),
-            "--node-ip".into(),
-            "127.0.0.1".into(),
-            "--port".into(),
-            common::free_port().to_string(),
-            "--node-status-update-frequency".into(),
-            "2s".into(),
-        ],
-    );
-    Env {
-        k,
-        api,
-        p,
-        image,
-        _kc: dir,
-    }
-}
-
-async fn env() -> Env {
-    env_with(TOKEN).await
-}
-
-impl Env {
-    fn pod_path(&self, name: &str) -> String {
-        format!("/api/v1/namespaces/default/pods/{name}")
-    }
-
-    fn node_path(&self) -> String {
-        format!("/api/v1/nodes/{}", self.k.node)
-    }
-
-    fn lease_path(&self) -> String {
-        format!(
-            "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{}",
-            self.k.node
-        )
-    }
-
-    /// Creates a pod bound to this node.
-    fn create(&self, name: &str, containers: Value) -> Value {
-        self.api.s.create(
-            "/api/v1/namespaces/default/pods",
-            json!({"metadata": {"name": name},
-                   "spec": {"nodeName": self.k.node, "terminationGracePeriodSeconds": 5,
-                            "containers": containers}}),
-        )
-    }
-
-    fn sleeper(&self) -> Value {
-        json!([{"name": "app", "image": self.image, "command": ["/bin/sleep", "3600"]}])
-    }
-
-    /// Waits until `pred` holds for the object at `path`.
-    async fn wait(
-        &self,
-        path: &str,
-        what: &str,
-        secs: u64,
-        pred: impl Fn(&Value) -> bool,
-    ) -> Value {
-        let deadline = Instant::now() + Duration::from_secs(secs);
-        loop {
-            let v = self.api.s.get(path);
-            if let Some(v) = &v {
-                if pred(v) {
-                    return v.clone();
-                }
-            }
-            assert!(
-                Instant::now() < deadline,
-                "timed out waiting for {what} at {path}\nlast: {}\nkubelet log:\n{}",
-                v.map(|v| serde_json::to_string_pretty(&v).unwrap())
-                    .unwrap_or_default(),
-                tail(&self.k.log(), 60)
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    async fn wait_gone(&self, path: &str, secs: u64) {
-        let deadline = Instant::now() + Duration::from_secs(secs);
-        while self.api.s.get(path).is_some() {
-            assert!(
-                Instant::now() < deadline,
-                "{path} still there\nkubelet log:\n{}",
-                tail(&self.k.log(), 60)
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    async fn running_and_ready(&self, name: &str) -> Value {
-        self.wait(&self.pod_path(name), "Running and Ready", 60, |v| {
-            phase(v) == "Running" && condition(v, "Ready")
-        })
-        .await
-    }
-
-    fn event_reasons(&self, uid: &str) -> Vec<String> {
-        self.api
-            .s
-            .list("events")
-            .iter()
-            .filter(|e| e["involvedObject"]["uid"] == uid)
-            .map(|e| e["reason"].as_str().unwrap_or("").to_string())
-            .collect()
-    }
-}
-
-fn cond_status<'a>(v: &'a Value, kind: &str) -> &'a str {
-    v["status"]["conditions"]
-        .as_array()
-        .and_then(|cs| cs.iter().find(|c| c["type"] == kind))
-        .and_then(|c| c["status"].as_str())
-        .unwrap_or("")
-}
-
-/// Sandboxes the runtime holds for a pod UID (any state).
-async fn sandboxes(endpoint: &str, uid: &str) -> usize {
-    let ch = husk::cli::connect(endpoint).await.unwrap();
-    let mut rt = husk::api::cri::runtime_service_client::RuntimeServiceClient::new(ch);
-    rt.list_pod_sandbox(husk::api::cri::ListPodSandboxRequest {
-        filter: Some(husk::api::cri::PodSandboxFilter {
-            label_selector: [("io.kubernetes.pod.uid".to_string(), uid.to_string())].into(),
-            ..Default::default()
-        }),
-    })
-    .await
-    .unwrap()
-    .into_inner()
-    .items
-    .len()
-}
 
 #[test]
 fn stand_in_merge_patch_and_paths() {
@@ -491,7 +315,7 @@ async fn wrong_credentials_are_reported_and_recovered_from() {
     if !common::require_root() {
         return;
     }
-    let e = env_with("a-revoked-token").await;
+    let e = env_with("a-revoked-token", vec![]).await;
     e.k.write(
         "web.yaml",
         &format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: web}}\nspec:\n  containers:\n  - {{name: app, image: {}, command: [/bin/sleep, '3600']}}\n", e.image),

@@ -28,6 +28,7 @@ pub mod gc;
 pub mod handlers;
 pub mod images;
 pub mod labels;
+pub mod node_api;
 pub mod pleg;
 pub mod pod_manager;
 pub mod pod_workers;
@@ -184,6 +185,7 @@ pub async fn run(
     let mut tasks = Vec::new();
     let mut expected: Vec<String> = control.sources.clone();
     if let Some(client) = cluster {
+        tasks.push(node_api::start(ctx.clone()).await?);
         expected.push(apiserver::pods::SOURCE.into());
         tasks.extend(apiserver::start(
             client,

@@ -150,6 +150,20 @@ impl StatusManager {
         self.pods.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Every pod with a status (the whole object), for the kubelet API.
+    pub fn pods(&self) -> Vec<Arc<Pod>> {
+        self.lock().values().map(|e| e.pod.clone()).collect()
+    }
+
+    /// The pod named `namespace/name` (the newest, if several).
+    pub fn find(&self, namespace: &str, name: &str) -> Option<Arc<Pod>> {
+        self.lock()
+            .values()
+            .filter(|e| defaults::namespace(&e.pod) == namespace && defaults::name(&e.pod) == name)
+            .map(|e| e.pod.clone())
+            .max_by_key(|p| p.metadata.deletion_timestamp.is_none())
+    }
+
     pub fn get(&self, uid: &str) -> Option<PodStatus> {
         self.lock().get(uid).and_then(|e| e.pod.status.clone())
     }

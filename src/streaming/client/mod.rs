@@ -45,6 +45,9 @@ impl std::str::FromStr for Transport {
 pub struct Tls {
     /// PEM CA certificates to trust.
     pub ca: Option<PathBuf>,
+    /// A client certificate and its key (PEM), for servers that ask for one
+    /// (the kubelet API).
+    pub client: Option<(PathBuf, PathBuf)>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -127,8 +130,19 @@ async fn dial(t: &Target, tls: &Tls) -> Result<Box<dyn Io>, ClientError> {
     ))
     .with_safe_default_protocol_versions()
     .map_err(|e| io::Error::other(e.to_string()))?
-    .with_root_certificates(roots)
-    .with_no_client_auth();
+    .with_root_certificates(roots);
+    let cfg = match &tls.client {
+        Some((cert, key)) => {
+            let chain = CertificateDer::pem_file_iter(cert)
+                .and_then(|i| i.collect::<Result<Vec<_>, _>>())
+                .map_err(|e| io::Error::other(format!("{}: {e}", cert.display())))?;
+            let key = tokio_rustls::rustls::pki_types::PrivateKeyDer::from_pem_file(key)
+                .map_err(|e| io::Error::other(format!("{}: {e}", key.display())))?;
+            cfg.with_client_auth_cert(chain, key)
+                .map_err(|e| io::Error::other(e.to_string()))?
+        }
+        None => cfg.with_no_client_auth(),
+    };
     let name = t.host.rsplit_once(':').map(|(h, _)| h).unwrap_or(&t.host);
     let name = ServerName::try_from(name.trim_matches(['[', ']']).to_string())
         .map_err(|e| io::Error::other(e.to_string()))?;

@@ -1,0 +1,188 @@
+//! A `husk kubelet` joined to the stand-in API server (common/apiserver.rs)
+//! over a real `husk serve`, with a registry holding `test/busybox:1`,
+//! and helpers to create pods bound to the node and wait on API objects.
+
+use super::apiserver::{self, ApiServer};
+use super::images::*;
+use super::kubelet::*;
+use super::pod::{self, Pod};
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+pub const TOKEN: &str = "node-token-1";
+
+/// husk serve + a registry with `test/busybox:1` + the stand-in API
+/// server + a kubelet joined to it. On drop, the API pods are deleted
+/// first so the kubelet tears them down while the runtime is there.
+pub struct Env {
+    pub k: Kubelet,
+    pub api: ApiServer,
+    pub p: Pod,
+    pub image: String,
+    _kc: tempfile::TempDir,
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        for pod in self.api.s.list("pods") {
+            let path = format!(
+                "/api/v1/namespaces/{}/pods/{}",
+                pod["metadata"]["namespace"].as_str().unwrap_or("default"),
+                pod["metadata"]["name"].as_str().unwrap_or("")
+            );
+            self.api.s.delete(&path, Some(0));
+        }
+    }
+}
+
+pub async fn env_with(token: &str, extra: Vec<String>) -> Env {
+    let p = pod::setup(vec![]).await;
+    let pusher = Pusher::new(&p.reg);
+    let img = Image::new(vec![Layer::new(&busybox_entries(), Compression::Gzip)]);
+    pusher.image("test/busybox", "1", &img, Format::Oci).await;
+    let image = format!("{}/test/busybox:1", p.reg.host());
+    let api = apiserver::start(TOKEN).await;
+    let dir = tempfile::tempdir().unwrap();
+    let kc = dir.path().join("kubeconfig");
+    std::fs::write(&kc, api.kubeconfig(token)).unwrap();
+    let k = Kubelet::start_with(
+        &p.h.endpoint(),
+        &p.cgroup_parent,
+        vec![
+            "--kubeconfig".into(),
+            kc.display().to_string(),
+            "--node-ip".into(),
+            "127.0.0.1".into(),
+            "--port".into(),
+            super::free_port().to_string(),
+            "--node-status-update-frequency".into(),
+            "2s".into(),
+        ]
+        .into_iter()
+        .chain(extra)
+        .collect(),
+    );
+    Env {
+        k,
+        api,
+        p,
+        image,
+        _kc: dir,
+    }
+}
+
+pub async fn env() -> Env {
+    env_with(TOKEN, vec![]).await
+}
+
+impl Env {
+    pub fn pod_path(&self, name: &str) -> String {
+        format!("/api/v1/namespaces/default/pods/{name}")
+    }
+
+    pub fn node_path(&self) -> String {
+        format!("/api/v1/nodes/{}", self.k.node)
+    }
+
+    pub fn lease_path(&self) -> String {
+        format!(
+            "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{}",
+            self.k.node
+        )
+    }
+
+    /// Creates a pod bound to this node.
+    pub fn create(&self, name: &str, containers: Value) -> Value {
+        self.api.s.create(
+            "/api/v1/namespaces/default/pods",
+            json!({"metadata": {"name": name},
+                   "spec": {"nodeName": self.k.node, "terminationGracePeriodSeconds": 5,
+                            "containers": containers}}),
+        )
+    }
+
+    pub fn sleeper(&self) -> Value {
+        json!([{"name": "app", "image": self.image, "command": ["/bin/sleep", "3600"]}])
+    }
+
+    /// Waits until `pred` holds for the object at `path`.
+    pub async fn wait(
+        &self,
+        path: &str,
+        what: &str,
+        secs: u64,
+        pred: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            let v = self.api.s.get(path);
+            if let Some(v) = &v {
+                if pred(v) {
+                    return v.clone();
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what} at {path}\nlast: {}\nkubelet log:\n{}",
+                v.map(|v| serde_json::to_string_pretty(&v).unwrap())
+                    .unwrap_or_default(),
+                tail(&self.k.log(), 60)
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    pub async fn wait_gone(&self, path: &str, secs: u64) {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        while self.api.s.get(path).is_some() {
+            assert!(
+                Instant::now() < deadline,
+                "{path} still there\nkubelet log:\n{}",
+                tail(&self.k.log(), 60)
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    pub async fn running_and_ready(&self, name: &str) -> Value {
+        self.wait(&self.pod_path(name), "Running and Ready", 60, |v| {
+            phase(v) == "Running" && condition(v, "Ready")
+        })
+        .await
+    }
+
+    pub fn event_reasons(&self, uid: &str) -> Vec<String> {
+        self.api
+            .s
+            .list("events")
+            .iter()
+            .filter(|e| e["involvedObject"]["uid"] == uid)
+            .map(|e| e["reason"].as_str().unwrap_or("").to_string())
+            .collect()
+    }
+}
+
+pub fn cond_status<'a>(v: &'a Value, kind: &str) -> &'a str {
+    v["status"]["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == kind))
+        .and_then(|c| c["status"].as_str())
+        .unwrap_or("")
+}
+
+/// Sandboxes the runtime holds for a pod UID (any state).
+pub async fn sandboxes(endpoint: &str, uid: &str) -> usize {
+    let ch = husk::cli::connect(endpoint).await.unwrap();
+    let mut rt = husk::api::cri::runtime_service_client::RuntimeServiceClient::new(ch);
+    rt.list_pod_sandbox(husk::api::cri::ListPodSandboxRequest {
+        filter: Some(husk::api::cri::PodSandboxFilter {
+            label_selector: [("io.kubernetes.pod.uid".to_string(), uid.to_string())].into(),
+            ..Default::default()
+        }),
+    })
+    .await
+    .unwrap()
+    .into_inner()
+    .items
+    .len()
+}
