@@ -124,7 +124,8 @@ enum Cmd {
         #[arg(long, default_value_t = 5)]
         iterations: usize,
         /// Operations: rpc, pull, sandbox, container, exec, stream (comma-separated),
-        /// or all.
+        /// or all; or pod-startup alone (a cluster's nodes, with --kubeconfig,
+        /// --nodes; --iterations rounds).
         #[arg(long, default_value = "pull")]
         ops: String,
         /// Image for the pull, container, exec and stream operations (they
@@ -134,6 +135,18 @@ enum Cmd {
         /// Pod counts at which the sandbox benchmark measures memory.
         #[arg(long, default_value = "1,10,50")]
         pods: String,
+        /// `--ops pod-startup`: the cluster to measure (a Deployment per node).
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+        /// `--ops pod-startup`: the nodes to compare (comma-separated).
+        #[arg(long, value_delimiter = ',')]
+        nodes: Vec<String>,
+        /// `--ops pod-startup`: pods per Deployment.
+        #[arg(long, default_value_t = 30)]
+        replicas: usize,
+        /// `--ops pod-startup`: the namespace to create the Deployments in.
+        #[arg(long, default_value = "default")]
+        namespace: String,
         /// Machine-readable output.
         #[arg(long)]
         json: bool,
@@ -367,6 +380,29 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             std::process::exit(husk::cli::check::report(&checks, json));
         }
         Cmd::Bench {
+            iterations,
+            ops,
+            image,
+            json,
+            kubeconfig,
+            nodes,
+            replicas,
+            namespace,
+            ..
+        } if ops.trim() == "pod-startup" => runtime()?.block_on(husk::bench::pod_startup::run(
+            husk::bench::pod_startup::Args {
+                kubeconfig: kubeconfig.ok_or_else(|| {
+                    anyhow::anyhow!("--ops pod-startup needs --kubeconfig (and --nodes)")
+                })?,
+                nodes,
+                replicas,
+                rounds: iterations,
+                image,
+                namespace,
+                json,
+            },
+        )),
+        Cmd::Bench {
             endpoint,
             vs,
             iterations,
@@ -374,6 +410,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             image,
             pods,
             json,
+            ..
         } => runtime()?.block_on(husk::bench::cli::run(husk::bench::cli::BenchArgs {
             endpoint,
             vs,

@@ -346,3 +346,129 @@ async fn wrong_credentials_are_reported_and_recovered_from() {
     e.k.remove("web.yaml");
     e.k.wait_gone("web", 60).await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn secrets_config_maps_tokens_and_the_downward_api_reach_the_pod() {
+    if !common::require_root() {
+        return;
+    }
+    use base64::Engine as _;
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let e = env().await;
+    // An image only a pull secret opens.
+    let private = common::registry::Registry::start_with(Some(("puller", "s3cret")));
+    let img = common::images::Image::new(vec![common::images::Layer::new(
+        &common::images::busybox_entries(),
+        common::images::Compression::Gzip,
+    )]);
+    common::images::Pusher::new(&private)
+        .image("private/busybox", "1", &img, common::images::Format::Oci)
+        .await;
+    let image = format!("{}/private/busybox:1", private.host());
+    let s = &e.api.s;
+    let ns = "/api/v1/namespaces/default";
+    s.create(
+        &format!("{ns}/configmaps"),
+        json!({"metadata": {"name": "c1"}, "data": {"greeting": "hello", "A": "1"}}),
+    );
+    s.create(
+        &format!("{ns}/configmaps"),
+        json!({"metadata": {"name": "kube-root-ca.crt"}, "data": {"ca.crt": "CA PEM"}}),
+    );
+    let dockercfg =
+        json!({"auths": {private.host(): {"username": "puller", "password": "s3cret"}}})
+            .to_string();
+    s.create(
+        &format!("{ns}/secrets"),
+        json!({"metadata": {"name": "regcred"}, "type": "kubernetes.io/dockerconfigjson",
+               "data": {".dockerconfigjson": b64(&dockercfg)}}),
+    );
+    let script = "echo \"env $SECRET $GREETING $CM_A $MY_NAME\"; echo \"secret $(cat /etc/s/password)\"; \
+                  echo \"cm $(cat /etc/c/g/greet)\"; T=/var/run/secrets/kubernetes.io/serviceaccount; \
+                  echo \"sa $(cat $T/token) $(cat $T/namespace) $(cat $T/ca.crt)\"; echo \"labels $(cat /etc/pod/labels)\"; sleep 3600";
+    s.create(
+        &format!("{ns}/pods"),
+        json!({"metadata": {"name": "objs", "labels": {"tier": "web"}},
+               "spec": {"nodeName": e.k.node, "terminationGracePeriodSeconds": 1,
+                        "imagePullSecrets": [{"name": "regcred"}],
+                        "volumes": [
+                            {"name": "s", "secret": {"secretName": "s1"}},
+                            {"name": "c", "configMap": {"name": "c1", "items": [{"key": "greeting", "path": "g/greet"}]}},
+                            {"name": "kube-api-access", "projected": {"sources": [
+                                {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}},
+                                {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                                {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}]}}]}},
+                            {"name": "pod", "downwardAPI": {"items": [{"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]}}],
+                        "containers": [{"name": "app", "image": image, "command": ["/bin/sh", "-c", script],
+                            "env": [{"name": "SECRET", "valueFrom": {"secretKeyRef": {"name": "s1", "key": "password"}}},
+                                    {"name": "GREETING", "valueFrom": {"configMapKeyRef": {"name": "c1", "key": "greeting"}}},
+                                    {"name": "MY_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+                            "envFrom": [{"configMapRef": {"name": "c1"}, "prefix": "CM_"}],
+                            "volumeMounts": [{"name": "s", "mountPath": "/etc/s"}, {"name": "c", "mountPath": "/etc/c"},
+                                             {"name": "kube-api-access", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"},
+                                             {"name": "pod", "mountPath": "/etc/pod"}]}]}}),
+    );
+    // The secret is missing: the pod waits (FailedMount), it does not fail.
+    let v = e
+        .wait(&e.pod_path("objs"), "a FailedMount event", 30, |_| {
+            e.api
+                .s
+                .list("events")
+                .iter()
+                .any(|ev| ev["reason"] == "FailedMount")
+        })
+        .await;
+    assert_eq!(phase(&v), "Pending", "{v}");
+    let ev = e.api.s.list("events");
+    let fm = ev.iter().find(|x| x["reason"] == "FailedMount").unwrap();
+    assert!(
+        fm["message"]
+            .as_str()
+            .unwrap()
+            .contains("secret \"s1\" not found"),
+        "{fm}"
+    );
+    s.create(
+        &format!("{ns}/secrets"),
+        json!({"metadata": {"name": "s1"}, "data": {"password": b64("hunter2")}}),
+    );
+    let v = e.running_and_ready("objs").await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let lines = loop {
+        let l = logs(&e.k, &v, "app");
+        if l.len() >= 5 {
+            break l;
+        }
+        assert!(Instant::now() < deadline, "{l:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(lines[0], "env hunter2 hello 1 objs");
+    assert_eq!(lines[1], "secret hunter2");
+    assert_eq!(lines[2], "cm hello");
+    assert_eq!(
+        lines[3],
+        "sa token-for-default-bound-to-objs default CA PEM"
+    );
+    assert_eq!(lines[4], "labels tier=\"web\"");
+    assert!(e.api.s.count("POST", "/serviceaccounts/default/token") >= 1);
+    // An edited ConfigMap reaches the running pod's volume at a resync.
+    let uid = v["metadata"]["uid"].as_str().unwrap();
+    let file = e.k.root().join(format!(
+        "pods/{uid}/volumes/kubernetes.io~configmap/c/g/greet"
+    ));
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "hello");
+    let cm_path = format!("{ns}/configmaps/c1");
+    let cm = e.api.s.get(&cm_path).unwrap();
+    let mut edited = cm.clone();
+    edited["data"]["greeting"] = json!("bonjour");
+    e.api.s.delete(&cm_path, Some(0));
+    s.create(&format!("{ns}/configmaps"), edited);
+    let deadline = Instant::now() + Duration::from_secs(40);
+    while std::fs::read_to_string(&file).unwrap_or_default() != "bonjour" {
+        assert!(
+            Instant::now() < deadline,
+            "the edited ConfigMap never reached the volume"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}

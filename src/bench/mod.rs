@@ -7,6 +7,7 @@
 pub mod cli;
 pub mod container;
 pub mod exec;
+pub mod pod_startup;
 pub mod procs;
 pub mod rpc;
 pub mod sandbox;

@@ -6,7 +6,7 @@
 //! (names, required fields, duplicate names and ports, quantities, probe
 //! and handler shapes) and refuse, clearly, what husk's kubelet does not
 //! provide (volume types other than emptyDir, hostPath, secret, configMap,
-//! projected and downwardAPI; image pull secrets; gRPC probes).
+//! projected and downwardAPI; gRPC probes).
 
 use super::defaults;
 use super::quantity;
@@ -103,13 +103,6 @@ pub fn admit(pod: &Pod) -> Result<(), Rejection> {
                 .is_some_and(|e| !e.is_empty())
             {
                 c.no("spec.ephemeralContainers: ephemeral containers are not supported".into());
-            }
-            if spec
-                .image_pull_secrets
-                .as_ref()
-                .is_some_and(|e| !e.is_empty())
-            {
-                c.no("spec.imagePullSecrets: secrets are not supported (configure registry credentials in the runtime)".into());
             }
             let mut volumes = HashSet::new();
             for (i, v) in spec.volumes.iter().flatten().enumerate() {

@@ -6,8 +6,7 @@
 //! Events: Pulling, Pulled (or "already present"), Failed, BackOff.
 
 use super::backoff::Backoff;
-use super::recorder::{Recorder, NORMAL, WARNING};
-use super::runtime::Cri;
+use super::recorder::{NORMAL, WARNING};
 use super::sync::StartError;
 use crate::api::cri::PodSandboxConfig;
 use k8s_openapi::api::core::v1::{Container, Pod};
@@ -40,13 +39,13 @@ impl ImageManager {
 
     pub async fn ensure(
         &self,
-        cri: &Cri,
-        events: &Recorder,
+        ctx: &super::Ctx,
         pod: &Pod,
         c: &Container,
         sandbox: &PodSandboxConfig,
     ) -> Result<ImageInfo, StartError> {
-        let r = self.ensure_inner(cri, events, pod, c, sandbox).await;
+        let events = &ctx.recorder;
+        let r = self.ensure_inner(ctx, pod, c, sandbox).await;
         if let Err(e) = &r {
             let (reason, message) = match e.reason.as_str() {
                 "ImagePullBackOff" => ("BackOff", e.message.clone()),
@@ -65,12 +64,12 @@ impl ImageManager {
 
     async fn ensure_inner(
         &self,
-        cri: &Cri,
-        events: &Recorder,
+        ctx: &super::Ctx,
         pod: &Pod,
         c: &Container,
         sandbox: &PodSandboxConfig,
     ) -> Result<ImageInfo, StartError> {
+        let (cri, events) = (&ctx.cri, &ctx.recorder);
         let pod_uid = super::defaults::uid(pod);
         let image = c.image.clone().unwrap_or_default();
         let policy = c.image_pull_policy.as_deref().unwrap_or("IfNotPresent");
@@ -116,7 +115,8 @@ impl ImageManager {
             &format!("Pulling image {image:?}"),
         );
         let started = std::time::Instant::now();
-        match cri.pull_image(&image, Some(sandbox.clone())).await {
+        let auth = super::pull_secrets::auth(ctx, pod, &image).await;
+        match cri.pull_image(&image, Some(sandbox.clone()), auth).await {
             Ok(r) => {
                 self.backoff.reset(&key);
                 events.container(

@@ -20,6 +20,7 @@
 pub mod admission;
 pub mod api_volumes;
 pub mod apiserver;
+pub mod atomic_writer;
 pub mod backoff;
 pub mod cgroups;
 pub mod container_config;
@@ -33,6 +34,7 @@ pub mod pleg;
 pub mod pod_manager;
 pub mod pod_workers;
 pub mod prober;
+pub mod pull_secrets;
 pub mod quantity;
 pub mod recorder;
 pub mod runtime;

@@ -305,6 +305,7 @@ impl Cri {
         &self,
         image: &str,
         sandbox: Option<PodSandboxConfig>,
+        auth: Option<AuthConfig>,
     ) -> CriResult<String> {
         let req = with_timeout(
             tonic::Request::new(PullImageRequest {
@@ -312,7 +313,7 @@ impl Cri {
                     image: image.into(),
                     ..Default::default()
                 }),
-                auth: None,
+                auth,
                 sandbox_config: sandbox,
             }),
             Duration::from_secs(1800),

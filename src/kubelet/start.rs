@@ -103,10 +103,7 @@ async fn start_inner(
         }
         ctx.crash_backoff.next(&key, finished);
     }
-    let img = ctx
-        .images
-        .ensure(&ctx.cri, &ctx.recorder, pod, c, s.sandbox_cfg)
-        .await?;
+    let img = ctx.images.ensure(ctx, pod, c, s.sandbox_cfg).await?;
     let config_err = |message: String| StartError {
         reason: "CreateContainerConfigError".into(),
         message,

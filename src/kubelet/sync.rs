@@ -261,7 +261,13 @@ pub async fn sync_pod(ctx: &Ctx, pod: &Pod) -> Option<Duration> {
             }
         }
     }
+    // API-backed volumes are refreshed at every sync, so an edited Secret
+    // or ConfigMap reaches running containers.
+    let api_vols = super::api_volumes::setup(ctx, pod).await;
     if !actions.create_sandbox && actions.next_init.is_none() && actions.to_start.is_empty() {
+        if let Err(e) = api_vols {
+            tracing::warn!(pod = %defaults::full_name(pod), error = %e, "volume refresh failed");
+        }
         return retry;
     }
     // Volumes first: a pod whose volumes cannot be set up stays ContainerCreating.
@@ -273,7 +279,7 @@ pub async fn sync_pod(ctx: &Ctx, pod: &Pod) -> Option<Duration> {
             return retry;
         }
     };
-    let vols = match super::api_volumes::setup(ctx, pod).await {
+    let vols = match api_vols {
         Ok(more) => vols.into_iter().chain(more).collect(),
         Err(e) => {
             ctx.recorder

@@ -15,6 +15,9 @@
 //!   deletionTimestamp and deletionGracePeriodSeconds; grace 0 (or any
 //!   other kind) removes; a UID precondition that fails is 409.
 //!
+//! A TokenRequest (POST `serviceaccounts/NAME/token`) is answered with a
+//! token naming the service account and the pod it is bound to.
+//!
 //! Faults for the tests: every request answered 503 (`unavailable`),
 //! watches cut every N ms (`break_watches_ms`), history compacted
 //! (`compact`: the next watch from an old resourceVersion gets 410), and
@@ -602,6 +605,17 @@ async fn serve(mut c: TcpStream, s: Arc<Shared>) {
                 ),
             },
             "POST" if t.name.is_none() => s.create_at(&t, body),
+            "POST" if t.sub.as_deref() == Some("token") => {
+                let pod = body["spec"]["boundObjectRef"]["name"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string();
+                let sa = t.name.clone().unwrap_or_default();
+                let mut b = body.clone();
+                b["status"] = json!({"token": format!("token-for-{sa}-bound-to-{pod}"),
+                                     "expirationTimestamp": "2099-01-01T00:00:00Z"});
+                (201, b)
+            }
             "PATCH" if t.name.is_some() => s.patch_at(&t, &body),
             "PUT" if t.name.is_some() => {
                 let mut p = body.clone();
