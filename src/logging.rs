@@ -21,6 +21,7 @@ pub fn init(level: &str, format: &str) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false);
     let _ = if format == "json" {
         builder.json().flatten_event(true).try_init()

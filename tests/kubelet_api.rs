@@ -168,6 +168,31 @@ async fn api_pods_run_report_status_and_delete_gracefully() {
     assert_eq!(sandboxes(&e.p.h.endpoint(), &uid).await, 0);
     assert!(e.event_reasons(&uid).iter().any(|r| r == "Killing"));
     assert!(e.k.log().contains("pod is being deleted"));
+    // A second delete with a shorter grace period cuts a long one short
+    // (sleep as PID 1 ignores SIGTERM: only the kill ends it).
+    let slow = e.create("slow", e.sleeper());
+    let slow_uid = slow["metadata"]["uid"].as_str().unwrap().to_string();
+    e.running_and_ready("slow").await;
+    e.api.s.delete(&e.pod_path("slow"), Some(120));
+    e.wait(&e.pod_path("slow"), "Killing", 10, |_| {
+        e.event_reasons(&slow_uid).iter().any(|r| r == "Killing")
+    })
+    .await;
+    let t = Instant::now();
+    e.api.s.delete(&e.pod_path("slow"), Some(1));
+    e.wait_gone(&e.pod_path("slow"), 30).await;
+    assert!(
+        t.elapsed() < Duration::from_secs(20),
+        "took {:?}",
+        t.elapsed()
+    );
+    assert_eq!(sandboxes(&e.p.h.endpoint(), &slow_uid).await, 0);
+    assert_eq!(
+        e.k.log().matches("pod removed").count(),
+        2,
+        "{}",
+        tail(&e.k.log(), 30)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -368,6 +393,10 @@ async fn secrets_config_maps_tokens_and_the_downward_api_reach_the_pod() {
     let s = &e.api.s;
     let ns = "/api/v1/namespaces/default";
     s.create(
+        &format!("{ns}/services"),
+        json!({"metadata": {"name": "kubernetes"}, "spec": {"clusterIP": "10.0.0.1", "ports": [{"name": "https", "port": 443, "protocol": "TCP"}]}}),
+    );
+    s.create(
         &format!("{ns}/configmaps"),
         json!({"metadata": {"name": "c1"}, "data": {"greeting": "hello", "A": "1"}}),
     );
@@ -385,7 +414,8 @@ async fn secrets_config_maps_tokens_and_the_downward_api_reach_the_pod() {
     );
     let script = "echo \"env $SECRET $GREETING $CM_A $MY_NAME\"; echo \"secret $(cat /etc/s/password)\"; \
                   echo \"cm $(cat /etc/c/g/greet)\"; T=/var/run/secrets/kubernetes.io/serviceaccount; \
-                  echo \"sa $(cat $T/token) $(cat $T/namespace) $(cat $T/ca.crt)\"; echo \"labels $(cat /etc/pod/labels)\"; sleep 3600";
+                  echo \"sa $(cat $T/token) $(cat $T/namespace) $(cat $T/ca.crt)\"; echo \"labels $(cat /etc/pod/labels)\"; \
+                  echo \"svc $KUBERNETES_SERVICE_HOST $KUBERNETES_PORT\"; touch /etc/s/x 2>/dev/null && echo writable || echo readonly; sleep 3600";
     s.create(
         &format!("{ns}/pods"),
         json!({"metadata": {"name": "objs", "labels": {"tier": "web"}},
@@ -436,7 +466,7 @@ async fn secrets_config_maps_tokens_and_the_downward_api_reach_the_pod() {
     let deadline = Instant::now() + Duration::from_secs(20);
     let lines = loop {
         let l = logs(&e.k, &v, "app");
-        if l.len() >= 5 {
+        if l.len() >= 7 {
             break l;
         }
         assert!(Instant::now() < deadline, "{l:?}");
@@ -450,6 +480,11 @@ async fn secrets_config_maps_tokens_and_the_downward_api_reach_the_pod() {
         "sa token-for-default-bound-to-objs default CA PEM"
     );
     assert_eq!(lines[4], "labels tier=\"web\"");
+    assert_eq!(lines[5], "svc 10.0.0.1 tcp://10.0.0.1:443");
+    assert_eq!(
+        lines[6], "readonly",
+        "a secret volume must be mounted read-only"
+    );
     assert!(e.api.s.count("POST", "/serviceaccounts/default/token") >= 1);
     // An edited ConfigMap reaches the running pod's volume at a resync.
     let uid = v["metadata"]["uid"].as_str().unwrap();

@@ -81,6 +81,9 @@ pub struct ContainerManager {
     pub(super) sandboxes: Arc<SandboxManager>,
     pub(super) inner: Mutex<(HashMap<String, ContainerRecord>, HashMap<String, String>)>,
     pub(super) locks: KeyedLocks,
+    /// SIGKILL deadlines of the stops under way, by container id: a second
+    /// StopContainer with a shorter timeout brings its stop's forward.
+    pub(super) kill_at: std::sync::Mutex<HashMap<String, std::time::Instant>>,
     pub(super) events: Emitter,
     pub(super) exits: super::exits::ExitWatch,
     pub(super) cpu_samples: super::stats::CpuSamples,
@@ -183,6 +186,7 @@ impl ContainerManager {
             sandboxes,
             inner: Mutex::new((recs, names)),
             locks: KeyedLocks::default(),
+            kill_at: std::sync::Mutex::new(HashMap::new()),
             events,
             exits: super::exits::ExitWatch::new(),
             cpu_samples: Default::default(),

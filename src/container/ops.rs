@@ -58,12 +58,35 @@ impl ContainerManager {
         .map_err(err)?
     }
 
+    fn kill_at(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, Instant>> {
+        self.kill_at.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// StopContainer: the stop signal, then SIGKILL to every process after
-    /// `timeout`; idempotent; an unknown id is success.
+    /// `timeout`; idempotent; an unknown id is success. While a stop is
+    /// under way, another one only brings its SIGKILL forward (a shorter
+    /// grace period, as the kubelet sends for a second delete) and waits.
     pub async fn stop(self: &Arc<Self>, id: &str, timeout: Duration) -> Result<(), SandboxError> {
         let Some(id) = self.resolve(id) else {
             return Ok(());
         };
+        let under_way = {
+            let mut k = self.kill_at();
+            match k.get_mut(&id) {
+                Some(at) => {
+                    *at = (*at).min(Instant::now() + timeout);
+                    true
+                }
+                None => false,
+            }
+        };
+        if under_way {
+            let give_up = Instant::now() + timeout + Duration::from_secs(15);
+            while Instant::now() < give_up && self.kill_at().contains_key(&id) {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            return Ok(());
+        }
         let _l = self.locks.lock(&id).await;
         let this = self.clone();
         tokio::task::spawn_blocking(move || this.stop_blocking(&id, timeout))
@@ -89,6 +112,8 @@ impl ContainerManager {
                 .unwrap_or(true)
         };
         if !timeout.is_zero() {
+            self.kill_at()
+                .insert(id.to_string(), Instant::now() + timeout);
             let _ = shim_call(
                 &shim_dir,
                 Request::Kill(KillRequest {
@@ -97,8 +122,8 @@ impl ContainerManager {
                     all: false,
                 }),
             );
-            let deadline = Instant::now() + timeout;
-            while Instant::now() < deadline && !exited(self) {
+            let deadline = || self.kill_at().get(id).copied().unwrap_or_else(Instant::now);
+            while Instant::now() < deadline() && !exited(self) {
                 std::thread::sleep(Duration::from_millis(10));
             }
         }
@@ -122,6 +147,7 @@ impl ContainerManager {
         if left > 0 {
             tracing::info!(container_id = %id, processes = left, "killed what outlived the container's init");
         }
+        self.kill_at().remove(id);
         tracing::info!(container_id = %id, "container stopped");
         Ok(())
     }

@@ -46,12 +46,14 @@ impl Kind {
 }
 
 type TokenKey = (String, String, String, i64, String);
+type ServiceCache = HashMap<String, (Instant, Vec<k8s_openapi::api::core::v1::Service>)>;
 
 /// Reads secrets and config maps and requests tokens.
 #[derive(Default)]
 pub struct Objects {
     client: Option<kube::Client>,
     tokens: Mutex<HashMap<TokenKey, (String, Instant, Duration)>>,
+    services: Mutex<ServiceCache>,
 }
 
 impl Objects {
@@ -59,6 +61,32 @@ impl Objects {
         Objects {
             client,
             tokens: Mutex::new(HashMap::new()),
+            services: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The Services of a namespace (cached for 10 s; none without an API
+    /// server, or when they cannot be listed: logged).
+    pub async fn services(&self, ns: &str) -> Vec<k8s_openapi::api::core::v1::Service> {
+        let Some(client) = self.client.clone() else {
+            return Vec::new();
+        };
+        let lock = || self.services.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((at, v)) = lock().get(ns) {
+            if at.elapsed() < Duration::from_secs(10) {
+                return v.clone();
+            }
+        }
+        let api: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(client, ns);
+        match api.list(&Default::default()).await {
+            Ok(l) => {
+                lock().insert(ns.to_string(), (Instant::now(), l.items.clone()));
+                l.items
+            }
+            Err(e) => {
+                tracing::warn!(namespace = ns, error = %super::apiserver::describe(&e), "cannot list services for the pod's env");
+                Vec::new()
+            }
         }
     }
 
@@ -364,6 +392,21 @@ pub async fn volume_files(
         return Ok(Some(("kubernetes.io~projected", out)));
     }
     Ok(None)
+}
+
+/// The directory kinds of the volumes this module writes.
+const KINDS: [&str; 4] = [
+    "kubernetes.io~secret",
+    "kubernetes.io~configmap",
+    "kubernetes.io~projected",
+    "kubernetes.io~downward-api",
+];
+
+/// Whether a volume path is one of this module's (mounted read-only).
+pub fn read_only(path: &std::path::Path) -> bool {
+    path.parent()
+        .and_then(|p| p.file_name())
+        .is_some_and(|k| KINDS.iter().any(|x| k == *x))
 }
 
 /// Sets up every API-backed volume of the pod; returns name → host path.

@@ -48,10 +48,38 @@ pub struct Inputs<'a> {
     pub image_ref: &'a str,
     /// The secrets and config maps the env refers to.
     pub env_objects: &'a super::api_volumes::EnvObjects,
+    /// Service link variables (overridden by the container's own env).
+    pub service_env: &'a [(String, String)],
 }
 
 fn field_value(pod: &Pod, path: &str, inp: &Inputs) -> String {
     pod_field(pod, path, inp.pod_ips, inp.host_ip)
+}
+
+/// A string quoted as Go's `%q` quotes it (the downward API's format for
+/// label and annotation values).
+pub fn go_quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{7}' => out.push_str("\\a"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            '\u{b}' => out.push_str("\\v"),
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
+                out.push_str(&format!("\\x{:02x}", c as u32))
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
 }
 
 /// A downward-API field of the pod (env `fieldRef`, downwardAPI volumes).
@@ -59,7 +87,7 @@ pub fn pod_field(pod: &Pod, path: &str, pod_ips: &[String], host_ip: &str) -> St
     let meta_map = |m: Option<&std::collections::BTreeMap<String, String>>| {
         m.map(|m| {
             m.iter()
-                .map(|(k, v)| format!("{k}=\"{v}\""))
+                .map(|(k, v)| format!("{k}={}", go_quote(v)))
                 .collect::<Vec<_>>()
                 .join("\n")
         })
@@ -205,7 +233,14 @@ pub fn env(s: &Settings, pod: &Pod, c: &Container, inp: &Inputs) -> Vec<KeyValue
             .and_then(|d| d.get(key))
             .map(|v| String::from_utf8_lossy(v).into_owned())
     };
-    // envFrom first; env entries override.
+    for (k, v) in inp.service_env {
+        seen.insert(k.clone(), v.clone());
+        out.push(KeyValue {
+            key: k.clone(),
+            value: v.clone(),
+        });
+    }
+    // envFrom next; env entries override.
     for f in c.env_from.iter().flatten() {
         let (kind, name) = match (&f.secret_ref, &f.config_map_ref) {
             (Some(s), _) => (Kind::Secret, s.name.clone()),
@@ -405,7 +440,9 @@ pub fn mounts(c: &Container, inp: &Inputs) -> Vec<Mount> {
         out.push(Mount {
             container_path: m.mount_path.clone(),
             host_path: host.display().to_string(),
-            readonly: m.read_only.unwrap_or(false),
+            // Secret, ConfigMap, projected and downward API volumes are
+            // always read-only, as the kubelet mounts them.
+            readonly: m.read_only.unwrap_or(false) || super::api_volumes::read_only(base),
             propagation: propagation(m.mount_propagation.as_deref()),
             ..Default::default()
         });
@@ -558,6 +595,13 @@ mod tests {
             ),
         );
         let inp = Inputs {
+            service_env: &[
+                (
+                    "KUBERNETES_SERVICE_HOST".to_string(),
+                    "10.0.0.1".to_string(),
+                ),
+                ("CM_B".to_string(), "svc".to_string()),
+            ],
             env_objects: &objs,
             restart_count: 2,
             pod_ips: &ips,
@@ -582,6 +626,8 @@ mod tests {
         assert_eq!(env["BOTH"], "a@10.1.2.3");
         assert_eq!(env["MEM"], "2048");
         assert_eq!(env["SEC"], "v");
+        assert_eq!(env["KUBERNETES_SERVICE_HOST"], "10.0.0.1");
+        assert_eq!(go_quote("a\"b\\c\nd\u{1}"), "\"a\\\"b\\\\c\\nd\\x01\"");
         assert_eq!(env["CM_A"], "1");
         assert_eq!(env["CM_B"], "mine", "env overrides envFrom");
         assert!(!env.contains_key("CM_bad key"));

@@ -146,10 +146,15 @@ impl ImageManager {
                 } else {
                     "ErrImagePull"
                 };
+                // Back soon: the next sync shows ImagePullBackOff while the
+                // back-off runs, as the kubelet's status does.
                 Err(StartError {
                     reason: reason.into(),
                     message: format!("Failed to pull image {image:?}: {}", e.status.message()),
-                    retry_after: self.backoff.remaining_since_update(&key),
+                    retry_after: self
+                        .backoff
+                        .remaining_since_update(&key)
+                        .map(|d| d.min(Duration::from_secs(1))),
                 })
             }
         }

@@ -25,6 +25,7 @@ pub mod backoff;
 pub mod cgroups;
 pub mod container_config;
 pub mod defaults;
+pub mod deletions;
 pub mod gc;
 pub mod handlers;
 pub mod images;
@@ -39,6 +40,7 @@ pub mod quantity;
 pub mod recorder;
 pub mod runtime;
 pub mod sandbox_config;
+pub mod service_env;
 pub mod settings;
 pub mod sources;
 pub mod start;
@@ -201,6 +203,7 @@ pub async fn run(
     }
     let api_status = api_status_tx;
     let mut sources_ready = false;
+    let mut deletions = deletions::Deletions::default();
     if let Some(p) = &settings.manifests {
         expected.push("file".into());
         tasks.push(tokio::spawn(sources::watch_dir(
@@ -257,12 +260,19 @@ pub async fn run(
                     // with its grace period; the API object goes when done.
                     let deleting = u.pod.metadata.deletion_timestamp.is_some() && u.source == apiserver::pods::SOURCE;
                     if deleting && u.op != Op::Delete {
-                        // (A status-only change of a pod already terminating, or done, is nothing new.)
                         pods.remove(&uid);
-                        if u.op != Op::Reconcile && !workers.is_terminating(&uid) {
-                            tracing::info!(pod = %defaults::full_name(&u.pod), pod_uid = %uid, grace = defaults::grace_period(&u.pod), "pod is being deleted");
-                            due.remove(&uid);
-                            workers.dispatch(&uid, Work::Terminate(u.pod.clone()));
+                        let grace = defaults::grace_period(&u.pod);
+                        match deletions.update(&uid, grace) {
+                            deletions::Action::Start => {
+                                tracing::info!(pod = %defaults::full_name(&u.pod), pod_uid = %uid, grace, "pod is being deleted");
+                                due.remove(&uid);
+                                workers.dispatch(&uid, Work::Terminate(u.pod.clone()));
+                            }
+                            deletions::Action::Shorten(g) => {
+                                tracing::info!(pod = %defaults::full_name(&u.pod), pod_uid = %uid, grace = g, "deletion grace period shortened");
+                                tokio::spawn(terminate::shorten(ctx.clone(), uid.clone(), g));
+                            }
+                            deletions::Action::Nothing => {}
                         }
                         continue;
                     }
@@ -274,10 +284,18 @@ pub async fn run(
                         }
                         Op::Reconcile => pods.reconcile(&uid, u.pod.clone()),
                         Op::Delete => {
-                            // A pod already terminated for its deletion is done.
-                            if pods.remove(&uid).is_none() && deleting {
+                            // A pod already terminated (or terminating) for its deletion is done.
+                            let known = pods.remove(&uid).is_some();
+                            if !known && deleting {
+                                if workers.is_terminating(&uid) {
+                                    if let deletions::Action::Shorten(g) = deletions.update(&uid, defaults::grace_period(&u.pod)) {
+                                        tokio::spawn(terminate::shorten(ctx.clone(), uid.clone(), g));
+                                    }
+                                }
+                                deletions.forget(&uid);
                                 continue;
                             }
+                            deletions.forget(&uid);
                             tracing::info!(pod = %defaults::full_name(&u.pod), pod_uid = %uid, source = %u.source, "pod deleted");
                             due.remove(&uid);
                             workers.dispatch(&uid, Work::Terminate(u.pod.clone()));
@@ -296,6 +314,7 @@ pub async fn run(
             }
             Some(d) = done_rx.recv() => {
                 if d.terminated {
+                    deletions.finished(&d.uid);
                     for (uid, w) in workers.terminated(&d.uid) {
                         workers.dispatch(&uid, w);
                     }

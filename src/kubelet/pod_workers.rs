@@ -194,6 +194,8 @@ async fn sync_once(ctx: &Ctx, pod: &Pod, rejection: Option<&Rejection>) -> Optio
         }
         if prev.as_ref().and_then(|p| p.reason.as_ref()) != Some(&r.reason) {
             tracing::warn!(pod = %defaults::full_name(pod), reason = %r.reason, message = %r.message, "pod rejected");
+            ctx.recorder
+                .pod(pod, super::recorder::WARNING, &r.reason, &r.message);
         }
         ctx.status.set(
             pod,

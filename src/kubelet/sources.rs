@@ -168,7 +168,7 @@ fn annotation(pod: &Pod, key: &str) -> Option<String> {
     pod.metadata.annotations.as_ref()?.get(key).cloned()
 }
 
-/// Spec, labels and annotations (but the seen time) equal.
+/// Spec, labels, annotations (but the seen time) and deletion equal.
 fn same_spec(a: &Pod, b: &Pod) -> bool {
     let strip = |p: &Pod| {
         let mut m = p.metadata.annotations.clone().unwrap_or_default();
@@ -179,6 +179,7 @@ fn same_spec(a: &Pod, b: &Pod) -> bool {
         && a.metadata.labels == b.metadata.labels
         && strip(a) == strip(b)
         && a.metadata.deletion_timestamp == b.metadata.deletion_timestamp
+        && a.metadata.deletion_grace_period_seconds == b.metadata.deletion_grace_period_seconds
 }
 
 /// Parses a manifest: YAML (several documents) or JSON, Pods or Lists.

@@ -158,7 +158,16 @@ async fn start_inner(
     let env_objects = super::api_volumes::env_objects(ctx, pod, c)
         .await
         .map_err(config_err)?;
+    let ns = defaults::namespace(pod);
+    let own = ctx.objects.services(ns).await;
+    let default_ns = if ns == "default" {
+        own.clone()
+    } else {
+        ctx.objects.services("default").await
+    };
+    let service_env = super::service_env::for_pod(pod, &own, &default_ns);
     let inputs = Inputs {
+        service_env: &service_env,
         env_objects: &env_objects,
         restart_count,
         pod_ips: s.pod_ips,

@@ -85,6 +85,24 @@ pub async fn kill_container(
     }
 }
 
+/// Cuts a termination in progress short: what still runs of the pod is
+/// stopped within `grace` seconds (at least 2).
+pub async fn shorten(ctx: std::sync::Arc<Ctx>, uid: String, grace: i64) {
+    let Ok(rt) = ctx.cri.pod(&ctx.settings.node_name, &uid).await else {
+        return;
+    };
+    let grace = grace.max(MIN_GRACE);
+    futures::future::join_all(rt.running().map(|c| {
+        let ctx = ctx.clone();
+        async move {
+            if let Err(e) = ctx.cri.stop_container(&c.id, grace).await {
+                tracing::warn!(container_id = %c.id, error = %e, "stop container failed");
+            }
+        }
+    }))
+    .await;
+}
+
 /// Stops every running container (in parallel), then every ready sandbox.
 pub async fn kill_pod(ctx: &Ctx, pod: Option<&Pod>, rt: &RuntimePod, why: &str) {
     let running: Vec<&ContainerView> = rt

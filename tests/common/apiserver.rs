@@ -189,6 +189,8 @@ fn kind_of(resource: &str) -> (&'static str, &'static str) {
         "events" => ("Event", "v1"),
         "secrets" => ("Secret", "v1"),
         "configmaps" => ("ConfigMap", "v1"),
+        "services" => ("Service", "v1"),
+        "serviceaccounts" => ("ServiceAccount", "v1"),
         "leases" => ("Lease", "coordination.k8s.io/v1"),
         _ => ("Object", "v1"),
     }
@@ -379,9 +381,13 @@ impl Shared {
                 .unwrap_or(30)
         });
         if t.resource == "pods" && grace > 0 {
-            if obj["metadata"]["deletionTimestamp"].is_null() {
+            let current = obj["metadata"]["deletionGracePeriodSeconds"].as_i64();
+            // A first graceful delete, or a shorter grace period for one under way.
+            if current.is_none_or(|g| grace < g) {
                 let mut obj = obj;
-                obj["metadata"]["deletionTimestamp"] = json!(now());
+                if obj["metadata"]["deletionTimestamp"].is_null() {
+                    obj["metadata"]["deletionTimestamp"] = json!(now());
+                }
                 obj["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
                 let v = self.put(&mut st, &key, obj, false);
                 return (200, v);

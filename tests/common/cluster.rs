@@ -53,6 +53,8 @@ pub async fn env_with(token: &str, extra: Vec<String>) -> Env {
             kc.display().to_string(),
             "--node-ip".into(),
             "127.0.0.1".into(),
+            "--address".into(),
+            "127.0.0.1".into(),
             "--port".into(),
             super::free_port().to_string(),
             "--node-status-update-frequency".into(),
