@@ -247,6 +247,44 @@ async fn run_exit_codes_env_users_logs_and_cleanup() {
     .await
     .unwrap();
 
+    // A second StopContainer with a shorter timeout brings the first
+    // one's SIGKILL forward (the kubelet's shortened grace period).
+    let slow = create_start(
+        &p.h,
+        &pod,
+        &pc,
+        ccfg(&image, "slow", &["/bin/sleep", "1000"], &[]),
+    )
+    .await;
+    let mut first_rt = p.h.runtime().await;
+    let first_id = slow.clone();
+    let t = Instant::now();
+    let first = tokio::spawn(async move {
+        first_rt
+            .stop_container(StopContainerRequest {
+                container_id: first_id,
+                timeout: 120,
+            })
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    rt.stop_container(StopContainerRequest {
+        container_id: slow.clone(),
+        timeout: 1,
+    })
+    .await
+    .unwrap();
+    first.await.unwrap().unwrap();
+    assert!(
+        t.elapsed() < Duration::from_secs(15),
+        "took {:?}",
+        t.elapsed()
+    );
+    assert_eq!(wait_exit(&p.h, &slow).await.exit_code, 137);
+    rt.remove_container(RemoveContainerRequest { container_id: slow })
+        .await
+        .unwrap();
+
     // Remove: idempotent, unknown is success, then NotFound.
     rt.remove_container(RemoveContainerRequest {
         container_id: id.clone(),

@@ -8,6 +8,7 @@
 
 mod common;
 
+use common::cluster::sandboxes;
 use common::images::*;
 use common::kubelet::*;
 use common::pod::{self, Pod};
@@ -41,23 +42,6 @@ async fn husk_env() -> Env {
     let image = push_app(&p).await;
     let k = Kubelet::start(&p.h.endpoint(), &p.cgroup_parent);
     Env { k, p, image }
-}
-
-/// Sandboxes the runtime holds for a pod UID (any state).
-async fn sandboxes(endpoint: &str, uid: &str) -> usize {
-    let ch = husk::cli::connect(endpoint).await.unwrap();
-    let mut rt = husk::api::cri::runtime_service_client::RuntimeServiceClient::new(ch);
-    rt.list_pod_sandbox(husk::api::cri::ListPodSandboxRequest {
-        filter: Some(husk::api::cri::PodSandboxFilter {
-            label_selector: [("io.kubernetes.pod.uid".to_string(), uid.to_string())].into(),
-            ..Default::default()
-        }),
-    })
-    .await
-    .unwrap()
-    .into_inner()
-    .items
-    .len()
 }
 
 /// Nothing left of the test's pods: the runtime's leftovers (the QoS

@@ -9,11 +9,11 @@
 mod common;
 
 use common::cluster::*;
+use common::Buf;
 use husk::streaming::client::{self as sc, Stdio, Transport};
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 struct Pki {
@@ -120,29 +120,10 @@ async fn get(c: &reqwest::Client, e: &Env, path: &str) -> (u16, String) {
     }
 }
 
-#[derive(Clone, Default)]
-struct Buf(Arc<Mutex<Vec<u8>>>);
-
-impl tokio::io::AsyncWrite for Buf {
-    fn poll_write(
-        self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-        b: &[u8],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        self.0.lock().unwrap().extend_from_slice(b);
-        std::task::Poll::Ready(Ok(b.len()))
-    }
-    fn poll_flush(
-        self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::task::Poll::Ready(Ok(()))
-    }
-    fn poll_shutdown(
-        self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::task::Poll::Ready(Ok(()))
+fn tls(pki: &Pki) -> sc::Tls {
+    sc::Tls {
+        ca: Some(pki.ca.clone()),
+        client: Some(pki.client.clone()),
     }
 }
 
@@ -156,10 +137,7 @@ async fn exec(e: &Env, pki: &Pki, t: Transport, cmd: &[&str]) -> (i32, String) {
         port(e),
         q.join("&")
     );
-    let tls = sc::Tls {
-        ca: Some(pki.ca.clone()),
-        client: Some(pki.client.clone()),
-    };
+    let tls = tls(pki);
     let out = Buf::default();
     let io = Stdio {
         stdout: Some(Box::new(out.clone())),
@@ -167,8 +145,7 @@ async fn exec(e: &Env, pki: &Pki, t: Transport, cmd: &[&str]) -> (i32, String) {
         ..Default::default()
     };
     let code = sc::remotecommand(&url, t, &tls, io).await.unwrap();
-    let text = String::from_utf8_lossy(&out.0.lock().unwrap()).into_owned();
-    (code, text)
+    (code, out.text())
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -265,10 +242,7 @@ async fn kubelet_api_serves_pods_logs_and_exec_to_clients_it_trusts() {
     .await;
     assert_eq!((code, out.as_str()), (3, "ws\n"));
     // port-forward to a server in the pod.
-    let tls = sc::Tls {
-        ca: Some(pki.ca.clone()),
-        client: Some(pki.client.clone()),
-    };
+    let tls = tls(&pki);
     let pf_url = format!("https://127.0.0.1:{}/portForward/default/web", port(&e));
     let fw = sc::PortForwarder::connect(&pf_url, Transport::Spdy, &tls)
         .await

@@ -7,6 +7,8 @@
 
 mod common;
 
+use common::Buf;
+
 use common::ctr::{create_start, pod_config};
 use common::images::*;
 use common::pod::*;
@@ -55,39 +57,6 @@ async fn exec_url(h: &Husk, id: &str, cmd: &[&str], stdin: bool, tty: bool) -> S
         .unwrap()
         .into_inner()
         .url
-}
-
-/// A writer the test can read back.
-#[derive(Clone, Default)]
-struct Buf(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl Buf {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-}
-
-impl tokio::io::AsyncWrite for Buf {
-    fn poll_write(
-        self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-        b: &[u8],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        self.0.lock().unwrap().extend_from_slice(b);
-        std::task::Poll::Ready(Ok(b.len()))
-    }
-    fn poll_flush(
-        self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::task::Poll::Ready(Ok(()))
-    }
-    fn poll_shutdown(
-        self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::task::Poll::Ready(Ok(()))
-    }
 }
 
 fn stdio(

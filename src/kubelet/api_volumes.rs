@@ -108,43 +108,11 @@ impl Objects {
             Kind::Secret => Api::<Secret>::namespaced(client, ns)
                 .get_opt(name)
                 .await
-                .map(|o| {
-                    o.map(|s| {
-                        let mut d: BTreeMap<String, Vec<u8>> = s
-                            .string_data
-                            .unwrap_or_default()
-                            .into_iter()
-                            .map(|(k, v)| (k, v.into_bytes()))
-                            .collect();
-                        d.extend(
-                            s.data
-                                .unwrap_or_default()
-                                .into_iter()
-                                .map(|(k, v)| (k, v.0)),
-                        );
-                        d
-                    })
-                }),
+                .map(|o| o.map(|s| data(s.string_data, s.data))),
             Kind::ConfigMap => Api::<ConfigMap>::namespaced(client, ns)
                 .get_opt(name)
                 .await
-                .map(|o| {
-                    o.map(|c| {
-                        let mut d: BTreeMap<String, Vec<u8>> = c
-                            .data
-                            .unwrap_or_default()
-                            .into_iter()
-                            .map(|(k, v)| (k, v.into_bytes()))
-                            .collect();
-                        d.extend(
-                            c.binary_data
-                                .unwrap_or_default()
-                                .into_iter()
-                                .map(|(k, v)| (k, v.0)),
-                        );
-                        d
-                    })
-                }),
+                .map(|o| o.map(|c| data(c.data, c.binary_data))),
         };
         r.map_err(|e| format!("cannot get {} {ns}/{name}: {e}", kind.word()))
     }
@@ -215,6 +183,25 @@ impl Objects {
     pub fn forget_pod(&self, uid: &str) {
         self.lock().retain(|k, _| k.4 != uid);
     }
+}
+
+/// An object's text and binary data as one map (binary wins a clash).
+fn data(
+    text: Option<BTreeMap<String, String>>,
+    binary: Option<BTreeMap<String, k8s_openapi::ByteString>>,
+) -> BTreeMap<String, Vec<u8>> {
+    let mut d: BTreeMap<String, Vec<u8>> = text
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| (k, v.into_bytes()))
+        .collect();
+    d.extend(
+        binary
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| (k, v.0)),
+    );
+    d
 }
 
 fn mode(m: Option<i32>, default: u32) -> u32 {

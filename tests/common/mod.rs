@@ -179,3 +179,36 @@ pub async fn fault_proxy(upstream: u16, fault: Fault) -> (u16, tokio::task::Join
     });
     (port, h)
 }
+
+/// A writer the test can read back.
+#[derive(Clone, Default)]
+pub struct Buf(pub std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl Buf {
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+impl tokio::io::AsyncWrite for Buf {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+        b: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        std::task::Poll::Ready(Ok(b.len()))
+    }
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+}

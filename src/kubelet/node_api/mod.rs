@@ -194,14 +194,17 @@ pub fn decode(s: &str) -> String {
     let mut i = 0;
     while i < b.len() {
         match b[i] {
-            b'%' if i + 2 < b.len() => match u8::from_str_radix(&s[i + 1..i + 3], 16) {
-                Ok(v) => {
-                    out.push(v);
-                    i += 3;
-                    continue;
+            b'%' if i + 2 < b.len() => {
+                let hex = |c: u8| (c as char).to_digit(16);
+                match (hex(b[i + 1]), hex(b[i + 2])) {
+                    (Some(h), Some(l)) => {
+                        out.push((h * 16 + l) as u8);
+                        i += 3;
+                        continue;
+                    }
+                    _ => out.push(b'%'),
                 }
-                Err(_) => out.push(b'%'),
-            },
+            }
             b'+' => out.push(b' '),
             c => out.push(c),
         }
@@ -353,6 +356,8 @@ mod tests {
         assert!(r.flag("input") && r.flag("tty") && r.flag("output"));
         assert!(!r.flag("error"));
         assert_eq!(decode("a%2Fb%zz"), "a/b%zz");
+        // A % before a multi-byte character (found by fuzzing).
+        assert_eq!(decode("b%O\u{1a0}a%5c"), "b%O\u{1a0}a\\");
         let head = Head {
             method: "POST".into(),
             path: "/exec/x".into(),

@@ -1,6 +1,8 @@
 //! CRI log records: container output in arbitrary chunks is written as
 //! records that read back to exactly that output; and any bytes in a log
-//! file (torn, foreign) are read without a panic.
+//! file (torn, foreign) are read without a panic. The kubelet API's log
+//! reader gives back the same lines whether it reads the file whole or in
+//! two parts.
 #![no_main]
 use husk::logs::{parse_line, CriLogWriter, Stream};
 use libfuzzer_sys::fuzz_target;
@@ -35,6 +37,16 @@ fuzz_target!(|data: &[u8]| {
             g.push(b'\n');
         }
     }
+    let opts = husk::kubelet::node_api::logs::Options::default();
+    let whole = husk::kubelet::node_api::logs::Reader::default().lines(&text, &opts);
+    let cut = (max as usize * 7) % (text.len() + 1);
+    let mut r = husk::kubelet::node_api::logs::Reader::default();
+    let mut parts = r.lines(&text[..cut], &opts);
+    parts.extend(r.lines(&text[cut..], &opts));
+    assert_eq!(whole, parts);
+    assert!(whole.iter().all(|l| l.ends_with(b"\n")));
+    let total: usize = whole.iter().map(|l| l.len()).sum();
+    assert_eq!(total, want.iter().map(|w| w.len() + usize::from(!w.is_empty() && w.last() != Some(&b'\n'))).sum::<usize>());
     for i in 0..2 {
         // A stream's unfinished last line was closed with a newline.
         if !want[i].is_empty() && want[i].last() != Some(&b'\n') {
