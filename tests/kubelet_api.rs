@@ -458,6 +458,12 @@ async fn secrets_config_maps_tokens_and_the_downward_api_reach_the_pod() {
             .contains("secret \"s1\" not found"),
         "{fm}"
     );
+    // The token is refused twice (a real API server's node authorizer
+    // does until it has seen the binding): the mount is retried.
+    e.api
+        .s
+        .token_refusals
+        .store(2, std::sync::atomic::Ordering::SeqCst);
     s.create(
         &format!("{ns}/secrets"),
         json!({"metadata": {"name": "s1"}, "data": {"password": b64("hunter2")}}),
@@ -485,7 +491,16 @@ async fn secrets_config_maps_tokens_and_the_downward_api_reach_the_pod() {
         lines[6], "readonly",
         "a secret volume must be mounted read-only"
     );
-    assert!(e.api.s.count("POST", "/serviceaccounts/default/token") >= 1);
+    assert!(e.api.s.count("POST", "/serviceaccounts/default/token") >= 3);
+    let refused = e.api.s.list("events");
+    assert!(
+        refused.iter().any(|x| x["reason"] == "FailedMount"
+            && x["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains("403 Forbidden")),
+        "{refused:?}"
+    );
     // An edited ConfigMap reaches the running pod's volume at a resync.
     let uid = v["metadata"]["uid"].as_str().unwrap();
     let file = e.k.root().join(format!(

@@ -114,7 +114,13 @@ impl Objects {
                 .await
                 .map(|o| o.map(|c| data(c.data, c.binary_data))),
         };
-        r.map_err(|e| format!("cannot get {} {ns}/{name}: {e}", kind.word()))
+        r.map_err(|e| {
+            format!(
+                "cannot get {} {ns}/{name}: {}",
+                kind.word(),
+                super::apiserver::describe(&e)
+            )
+        })
     }
 
     /// A token of the pod's service account, bound to the pod.
@@ -156,7 +162,12 @@ impl Objects {
         let r = Api::<ServiceAccount>::namespaced(client, &ns)
             .create_token_request(&sa, &PostParams::default(), &req)
             .await
-            .map_err(|e| format!("cannot get a token for service account {ns}/{sa}: {e}"))?;
+            .map_err(|e| {
+                format!(
+                    "cannot get a token for service account {ns}/{sa}: {}",
+                    super::apiserver::describe(&e)
+                )
+            })?;
         let token = r
             .status
             .and_then(|s| s.token)

@@ -98,6 +98,9 @@ pub struct Ctx {
     pub cri: Cri,
     pub images: ImageManager,
     pub crash_backoff: Backoff,
+    /// Retries of API-backed volume set-ups (500 ms doubling to the error
+    /// requeue), as the kubelet's volume manager retries a failed mount.
+    pub mount_backoff: Backoff,
     pub reasons: ReasonCache,
     pub probes: ProbeManager,
     pub status: StatusManager,
@@ -174,6 +177,10 @@ pub async fn run(
         cri: cri.clone(),
         images: ImageManager::new(settings.image_backoff_initial, settings.image_backoff_max),
         crash_backoff: Backoff::new(settings.crash_backoff_initial, settings.crash_backoff_max),
+        mount_backoff: Backoff::new(
+            Duration::from_millis(500),
+            settings.error_requeue.max(Duration::from_millis(500)),
+        ),
         reasons: ReasonCache::default(),
         probes: ProbeManager::new(cri.clone(), probe_tx, recorder.clone()),
         status: StatusManager::new(

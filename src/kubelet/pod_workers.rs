@@ -324,6 +324,7 @@ async fn terminate_pod(ctx: &Ctx, pod: &Pod) {
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
     ctx.crash_backoff.gc(Some(&format!("{uid}_")));
+    ctx.mount_backoff.gc(Some(&format!("{uid}_")));
     ctx.images.forget_pod(&uid);
     ctx.objects.forget_pod(&uid);
     ctx.reasons.remove_pod(&uid);

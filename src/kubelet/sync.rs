@@ -279,13 +279,21 @@ pub async fn sync_pod(ctx: &Ctx, pod: &Pod) -> Option<Duration> {
             return retry;
         }
     };
+    let mount_key = format!("{uid}_volumes");
     let vols = match api_vols {
-        Ok(more) => vols.into_iter().chain(more).collect(),
+        Ok(more) => {
+            ctx.mount_backoff.reset(&mount_key);
+            vols.into_iter().chain(more).collect()
+        }
         Err(e) => {
+            // Often only a moment early (a token refused until the API
+            // server's node authorizer has seen the pod bound here): retry
+            // soon, backing off.
             ctx.recorder
                 .pod(pod, super::recorder::WARNING, "FailedMount", &e.to_string());
             ctx.set_pod_reason(pod, "ContainerCreating", &e.to_string());
-            soonest(None);
+            ctx.mount_backoff.next(&mount_key, super::backoff::now_ns());
+            soonest(ctx.mount_backoff.get(&mount_key));
             return retry;
         }
     };

@@ -53,6 +53,9 @@ pub struct Shared {
     pub requests: Mutex<Vec<(String, String)>>,
     /// Bumped to end every open watch.
     generation: AtomicU64,
+    /// Refuse this many TokenRequests with 403 (the node authorizer of a
+    /// real API server does until it has seen the pod bound to the node).
+    pub token_refusals: AtomicU64,
 }
 
 pub struct ApiServer {
@@ -468,6 +471,7 @@ pub async fn start(token: &str) -> ApiServer {
         break_watches_ms: AtomicU64::new(0),
         requests: Mutex::new(Vec::new()),
         generation: AtomicU64::new(0),
+        token_refusals: AtomicU64::new(0),
     });
     let s2 = s.clone();
     let task = tokio::spawn(async move {
@@ -612,6 +616,15 @@ async fn serve(mut c: TcpStream, s: Arc<Shared>) {
                 ),
             },
             "POST" if t.name.is_none() => s.create_at(&t, body),
+            "POST"
+                if t.sub.as_deref() == Some("token")
+                    && s
+                        .token_refusals
+                        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                        .is_ok() =>
+            {
+                (403, status(403, "Forbidden", "serviceaccounts \"default\" is forbidden: no relationship found between node and this object"))
+            }
             "POST" if t.sub.as_deref() == Some("token") => {
                 let pod = body["spec"]["boundObjectRef"]["name"]
                     .as_str()
