@@ -23,6 +23,10 @@ pub async fn collect(ctx: &Ctx, known: &HashSet<String>, relist: &Relist) {
         let Ok(rt) = ctx.cri.pod(&ctx.settings.node_name, uid).await else {
             continue;
         };
+        // The relist may be older than a removal that already happened.
+        if rt.sandboxes.is_empty() && rt.containers.is_empty() {
+            continue;
+        }
         tracing::info!(pod_uid = %uid, sandboxes = rt.sandboxes.len(), containers = rt.containers.len(), "removing an orphaned pod");
         terminate::remove_pod(ctx, None, &rt).await;
     }
