@@ -263,6 +263,25 @@ async fn object(
     }
 }
 
+/// An object's keys into `out` (`items`, or every key); a missing object
+/// or key fails unless `optional`.
+#[allow(clippy::too_many_arguments)]
+async fn project_object(
+    objs: &Objects,
+    kind: Kind,
+    ns: &str,
+    name: &str,
+    items: Option<&[KeyToPath]>,
+    mode: u32,
+    optional: Option<bool>,
+    out: &mut Files,
+) -> Result<(), String> {
+    let optional = optional.unwrap_or(false);
+    let d = object(objs, kind, ns, name, optional).await?;
+    let what = format!("{} {name:?}", kind.word());
+    project(&d, items, mode, optional, &what, out)
+}
+
 fn downward(
     ctx: &Ctx,
     pod: &Pod,
@@ -314,31 +333,35 @@ pub async fn volume_files(
     let mut out = Files::new();
     if let Some(s) = &v.secret {
         let name = s.secret_name.clone().unwrap_or_default();
-        let optional = s.optional.unwrap_or(false);
-        let d = object(objs, Kind::Secret, ns, &name, optional).await?;
-        let what = format!("secret {name:?}");
-        project(
-            &d,
-            s.items.as_deref(),
-            mode(s.default_mode, DEFAULT_MODE),
-            optional,
-            &what,
+        let m = mode(s.default_mode, DEFAULT_MODE);
+        let items = s.items.as_deref();
+        project_object(
+            objs,
+            Kind::Secret,
+            ns,
+            &name,
+            items,
+            m,
+            s.optional,
             &mut out,
-        )?;
+        )
+        .await?;
         return Ok(Some(("kubernetes.io~secret", out)));
     }
     if let Some(c) = &v.config_map {
-        let optional = c.optional.unwrap_or(false);
-        let d = object(objs, Kind::ConfigMap, ns, &c.name, optional).await?;
-        let what = format!("configmap {:?}", c.name);
-        project(
-            &d,
-            c.items.as_deref(),
-            mode(c.default_mode, DEFAULT_MODE),
-            optional,
-            &what,
+        let m = mode(c.default_mode, DEFAULT_MODE);
+        let items = c.items.as_deref();
+        project_object(
+            objs,
+            Kind::ConfigMap,
+            ns,
+            &c.name,
+            items,
+            m,
+            c.optional,
             &mut out,
-        )?;
+        )
+        .await?;
         return Ok(Some(("kubernetes.io~configmap", out)));
     }
     if let Some(d) = &v.downward_api {
@@ -366,16 +389,32 @@ pub async fn volume_files(
                 out.insert(t.path.clone(), (token.into_bytes(), m));
             }
             if let Some(c) = &src.config_map {
-                let optional = c.optional.unwrap_or(false);
-                let d = object(objs, Kind::ConfigMap, ns, &c.name, optional).await?;
-                let what = format!("configmap {:?}", c.name);
-                project(&d, c.items.as_deref(), m, optional, &what, &mut out)?;
+                let items = c.items.as_deref();
+                project_object(
+                    objs,
+                    Kind::ConfigMap,
+                    ns,
+                    &c.name,
+                    items,
+                    m,
+                    c.optional,
+                    &mut out,
+                )
+                .await?;
             }
             if let Some(s) = &src.secret {
-                let optional = s.optional.unwrap_or(false);
-                let d = object(objs, Kind::Secret, ns, &s.name, optional).await?;
-                let what = format!("secret {:?}", s.name);
-                project(&d, s.items.as_deref(), m, optional, &what, &mut out)?;
+                let items = s.items.as_deref();
+                project_object(
+                    objs,
+                    Kind::Secret,
+                    ns,
+                    &s.name,
+                    items,
+                    m,
+                    s.optional,
+                    &mut out,
+                )
+                .await?;
             }
             if let Some(d) = &src.downward_api {
                 downward(

@@ -119,6 +119,21 @@ fn status(code: u16, reason: &str, message: &str) -> Value {
            "message": message, "reason": reason, "code": code})
 }
 
+/// 409 when a UID precondition does not match the object.
+fn uid_conflict(obj: &Value, uid: Option<&str>) -> Option<(u16, Value)> {
+    let uid = uid?;
+    (obj["metadata"]["uid"].as_str() != Some(uid)).then(|| {
+        (
+            409,
+            status(
+                409,
+                "Conflict",
+                "Precondition failed: UID in precondition does not match",
+            ),
+        )
+    })
+}
+
 /// A parsed resource path.
 pub struct Target {
     /// `/api/v1` or `/apis/G/V`.
@@ -367,17 +382,8 @@ impl Shared {
                 status(404, "NotFound", &format!("{} not found", t.resource)),
             );
         };
-        if let Some(uid) = opts["preconditions"]["uid"].as_str() {
-            if obj["metadata"]["uid"].as_str() != Some(uid) {
-                return (
-                    409,
-                    status(
-                        409,
-                        "Conflict",
-                        "Precondition failed: UID in precondition does not match",
-                    ),
-                );
-            }
+        if let Some(c) = uid_conflict(&obj, opts["preconditions"]["uid"].as_str()) {
+            return c;
         }
         let grace = opts["gracePeriodSeconds"].as_i64().unwrap_or_else(|| {
             obj["spec"]["terminationGracePeriodSeconds"]
@@ -419,17 +425,8 @@ impl Shared {
                 ),
             );
         };
-        if let Some(uid) = patch["metadata"]["uid"].as_str() {
-            if obj["metadata"]["uid"].as_str() != Some(uid) {
-                return (
-                    409,
-                    status(
-                        409,
-                        "Conflict",
-                        "Precondition failed: UID in precondition does not match",
-                    ),
-                );
-            }
+        if let Some(c) = uid_conflict(&obj, patch["metadata"]["uid"].as_str()) {
+            return c;
         }
         if t.sub.as_deref() == Some("status") {
             merge(&mut obj["status"], &patch["status"]);
