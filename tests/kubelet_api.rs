@@ -18,7 +18,8 @@ use std::time::{Duration, Instant};
 
 #[test]
 fn stand_in_merge_patch_and_paths() {
-    use apiserver::{civil, merge, unescape, Target};
+    use apiserver::{civil, merge, Target};
+    use common::apiserver_wire::unescape;
     let mut v = json!({"a": {"b": 1, "c": 2}, "d": [1]});
     merge(&mut v, &json!({"a": {"b": null, "e": 3}, "d": [2, 3]}));
     assert_eq!(v, json!({"a": {"c": 2, "e": 3}, "d": [2, 3]}));

@@ -291,7 +291,7 @@ fn downward(
 ) -> Result<(), String> {
     for it in items {
         let v = if let Some(f) = &it.field_ref {
-            super::container_config::pod_field(
+            super::env::pod_field(
                 pod,
                 &f.field_path,
                 &[],
@@ -304,7 +304,7 @@ fn downward(
                 .chain(defaults::init_containers(pod))
                 .find(|c| c.name == name)
                 .ok_or_else(|| format!("downwardAPI {}: no container {name:?}", it.path))?;
-            super::container_config::resource_value(
+            super::env::resource_value(
                 &ctx.settings,
                 c,
                 &r.resource,

@@ -1,11 +1,12 @@
 //! ContainerConfig from a pod's container, as the kubelet builds it:
-//! env (plain values, `$(VAR)` references, fieldRef and resourceFieldRef),
-//! command and args with the same expansion, volume mounts, the
+//! env (from [`super::env`]), command and args with `$(VAR)` expansion,
+//! volume mounts, the
 //! termination-message file and managed /etc/hosts, resources mapped the
 //! kubelet's way (CPU shares, CFS quota, memory limit, OOM score by QoS),
 //! the effective security context, and the kubelet's labels and
 //! annotations.
 
+use super::env::{env, expand};
 use super::sandbox_config::{namespaces, seccomp};
 use super::settings::Settings;
 use super::{defaults, labels};
@@ -13,29 +14,6 @@ use crate::api::cri::*;
 use k8s_openapi::api::core::v1::{Container, Pod};
 use std::collections::HashMap;
 use std::path::PathBuf;
-
-/// Whether a fieldRef path is one a pod may use.
-pub fn field_supported(path: &str) -> bool {
-    match path {
-        "metadata.name"
-        | "metadata.namespace"
-        | "metadata.uid"
-        | "spec.nodeName"
-        | "spec.serviceAccountName"
-        | "status.podIP"
-        | "status.podIPs"
-        | "status.hostIP"
-        | "status.hostIPs"
-        | "metadata.labels"
-        | "metadata.annotations" => true,
-        p if (p.starts_with("metadata.labels['") || p.starts_with("metadata.annotations['"))
-            && p.ends_with("']") =>
-        {
-            true
-        }
-        _ => false,
-    }
-}
 
 /// Everything a container's config depends on besides the pod.
 pub struct Inputs<'a> {
@@ -50,240 +28,6 @@ pub struct Inputs<'a> {
     pub env_objects: &'a super::api_volumes::EnvObjects,
     /// Service link variables (overridden by the container's own env).
     pub service_env: &'a [(String, String)],
-}
-
-fn field_value(pod: &Pod, path: &str, inp: &Inputs) -> String {
-    pod_field(pod, path, inp.pod_ips, inp.host_ip)
-}
-
-/// A string quoted as Go's `%q` quotes it (the downward API's format for
-/// label and annotation values).
-pub fn go_quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{7}' => out.push_str("\\a"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            '\u{b}' => out.push_str("\\v"),
-            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
-                out.push_str(&format!("\\x{:02x}", c as u32))
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
-/// A downward-API field of the pod (env `fieldRef`, downwardAPI volumes).
-pub fn pod_field(pod: &Pod, path: &str, pod_ips: &[String], host_ip: &str) -> String {
-    let meta_map = |m: Option<&std::collections::BTreeMap<String, String>>| {
-        m.map(|m| {
-            m.iter()
-                .map(|(k, v)| format!("{k}={}", go_quote(v)))
-                .collect::<Vec<_>>()
-                .join("\n")
-        })
-        .unwrap_or_default()
-    };
-    let key = |prefix: &str| path.strip_prefix(prefix).and_then(|r| r.strip_suffix("']"));
-    match path {
-        "metadata.name" => defaults::name(pod).into(),
-        "metadata.namespace" => defaults::namespace(pod).into(),
-        "metadata.uid" => defaults::uid(pod).into(),
-        "spec.nodeName" => pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.node_name.clone())
-            .unwrap_or_default(),
-        "spec.serviceAccountName" => pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.service_account_name.clone())
-            .unwrap_or_default(),
-        "status.podIP" => pod_ips.first().cloned().unwrap_or_default(),
-        "status.podIPs" => pod_ips.join(","),
-        "status.hostIP" | "status.hostIPs" => host_ip.into(),
-        "metadata.labels" => meta_map(pod.metadata.labels.as_ref()),
-        "metadata.annotations" => meta_map(pod.metadata.annotations.as_ref()),
-        _ => {
-            if let Some(k) = key("metadata.labels['") {
-                pod.metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|m| m.get(k))
-                    .cloned()
-                    .unwrap_or_default()
-            } else if let Some(k) = key("metadata.annotations['") {
-                pod.metadata
-                    .annotations
-                    .as_ref()
-                    .and_then(|m| m.get(k))
-                    .cloned()
-                    .unwrap_or_default()
-            } else {
-                String::new()
-            }
-        }
-    }
-}
-
-pub fn resource_value(
-    s: &Settings,
-    c: &Container,
-    resource: &str,
-    divisor: Option<&str>,
-) -> String {
-    let r = defaults::resources(c);
-    let div = |d: &str, milli: bool| -> i64 {
-        let v = if milli {
-            super::quantity::milli_value(d)
-        } else {
-            super::quantity::value(d)
-        };
-        v.ok().filter(|v| *v > 0).unwrap_or(1)
-    };
-    match resource {
-        "limits.cpu" | "requests.cpu" => {
-            let m = if resource == "limits.cpu" {
-                // An unset limit reads as the node's capacity.
-                r.cpu_limit_milli.unwrap_or(num_cpus_milli())
-            } else {
-                r.cpu_request_milli.unwrap_or(0)
-            };
-            let d = div(divisor.unwrap_or("1"), true);
-            ((m + d - 1) / d).to_string()
-        }
-        _ => {
-            let b = if resource == "limits.memory" {
-                r.memory_limit.unwrap_or(s.memory_capacity)
-            } else {
-                r.memory_request.unwrap_or(0)
-            };
-            let d = div(divisor.unwrap_or("1"), false);
-            ((b + d - 1) / d).to_string()
-        }
-    }
-}
-
-fn num_cpus_milli() -> i64 {
-    std::thread::available_parallelism()
-        .map(|n| n.get() as i64 * 1000)
-        .unwrap_or(1000)
-}
-
-/// `$(VAR)` expanded from `env`; `$$` is a literal `$`; unknown names stay.
-pub fn expand(s: &str, env: &HashMap<String, String>) -> String {
-    let mut out = String::with_capacity(s.len());
-    let mut rest = s;
-    while let Some(i) = rest.find('$') {
-        out.push_str(&rest[..i]);
-        let after = &rest[i + 1..];
-        if let Some(r) = after.strip_prefix('$') {
-            out.push('$');
-            rest = r;
-        } else if let Some(r) = after.strip_prefix('(') {
-            match r.find(')') {
-                Some(end) => {
-                    let name = &r[..end];
-                    match env.get(name) {
-                        Some(v) => out.push_str(v),
-                        None => out.push_str(&rest[i..i + 2 + end + 1]),
-                    }
-                    rest = &r[end + 1..];
-                }
-                None => {
-                    out.push_str(&rest[i..]);
-                    rest = "";
-                }
-            }
-        } else {
-            out.push('$');
-            rest = after;
-        }
-    }
-    out.push_str(rest);
-    out
-}
-
-/// A C identifier-like env name, as envFrom keys must be (else skipped).
-pub fn env_name(s: &str) -> bool {
-    !s.is_empty()
-        && !s.starts_with(|c: char| c.is_ascii_digit())
-        && s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
-}
-
-/// Env in order, references resolved against earlier entries.
-pub fn env(s: &Settings, pod: &Pod, c: &Container, inp: &Inputs) -> Vec<KeyValue> {
-    use super::api_volumes::Kind;
-    let mut seen: HashMap<String, String> = HashMap::new();
-    let mut out: Vec<KeyValue> = Vec::new();
-    let lookup = |kind: Kind, name: &str, key: &str| {
-        inp.env_objects
-            .get(&(kind, name.to_string()))
-            .and_then(|d| d.as_ref())
-            .and_then(|d| d.get(key))
-            .map(|v| String::from_utf8_lossy(v).into_owned())
-    };
-    for (k, v) in inp.service_env {
-        seen.insert(k.clone(), v.clone());
-        out.push(KeyValue {
-            key: k.clone(),
-            value: v.clone(),
-        });
-    }
-    // envFrom next; env entries override.
-    for f in c.env_from.iter().flatten() {
-        let (kind, name) = match (&f.secret_ref, &f.config_map_ref) {
-            (Some(s), _) => (Kind::Secret, s.name.clone()),
-            (None, Some(m)) => (Kind::ConfigMap, m.name.clone()),
-            _ => continue,
-        };
-        let prefix = f.prefix.clone().unwrap_or_default();
-        let data = inp.env_objects.get(&(kind, name)).and_then(|d| d.as_ref());
-        for (k, v) in data.into_iter().flatten() {
-            let key = format!("{prefix}{k}");
-            if !env_name(&key) {
-                continue;
-            }
-            let v = String::from_utf8_lossy(v).into_owned();
-            seen.insert(key.clone(), v.clone());
-            out.retain(|kv| kv.key != key);
-            out.push(KeyValue { key, value: v });
-        }
-    }
-    for e in c.env.iter().flatten() {
-        let v = if let Some(src) = &e.value_from {
-            if let Some(r) = &src.secret_key_ref {
-                lookup(Kind::Secret, &r.name, &r.key).unwrap_or_default()
-            } else if let Some(r) = &src.config_map_key_ref {
-                lookup(Kind::ConfigMap, &r.name, &r.key).unwrap_or_default()
-            } else if let Some(f) = &src.field_ref {
-                field_value(pod, &f.field_path, inp)
-            } else if let Some(r) = &src.resource_field_ref {
-                resource_value(s, c, &r.resource, r.divisor.as_ref().map(|d| d.0.as_str()))
-            } else {
-                String::new()
-            }
-        } else {
-            expand(e.value.as_deref().unwrap_or(""), &seen)
-        };
-        seen.insert(e.name.clone(), v.clone());
-        out.retain(|kv| kv.key != e.name);
-        out.push(KeyValue {
-            key: e.name.clone(),
-            value: v,
-        });
-    }
-    out
 }
 
 const MASKED: &[&str] = &[
@@ -627,7 +371,10 @@ mod tests {
         assert_eq!(env["MEM"], "2048");
         assert_eq!(env["SEC"], "v");
         assert_eq!(env["KUBERNETES_SERVICE_HOST"], "10.0.0.1");
-        assert_eq!(go_quote("a\"b\\c\nd\u{1}"), "\"a\\\"b\\\\c\\nd\\x01\"");
+        assert_eq!(
+            crate::kubelet::env::go_quote("a\"b\\c\nd\u{1}"),
+            "\"a\\\"b\\\\c\\nd\\x01\""
+        );
         assert_eq!(env["CM_A"], "1");
         assert_eq!(env["CM_B"], "mine", "env overrides envFrom");
         assert!(!env.contains_key("CM_bad key"));

@@ -26,6 +26,7 @@ pub mod cgroups;
 pub mod container_config;
 pub mod defaults;
 pub mod deletions;
+pub mod env;
 pub mod gc;
 pub mod handlers;
 pub mod images;

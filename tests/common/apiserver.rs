@@ -27,24 +27,22 @@ use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::Notify;
 
 #[derive(Default)]
-struct Store {
-    rv: u64,
+pub(super) struct Store {
+    pub(super) rv: u64,
     /// Object path (`/api/v1/namespaces/ns/pods/name`) → object.
     objects: BTreeMap<String, Value>,
     /// (resourceVersion, event type, object path, object).
-    log: Vec<(u64, String, String, Value)>,
-    compacted_below: u64,
+    pub(super) log: Vec<(u64, String, String, Value)>,
+    pub(super) compacted_below: u64,
 }
 
 pub struct Shared {
     store: Mutex<Store>,
-    changed: Notify,
+    pub(super) changed: Notify,
     pub token: Mutex<String>,
     pub unavailable: AtomicBool,
     /// Cut every watch after this many ms (0: never).
@@ -52,7 +50,7 @@ pub struct Shared {
     /// Requests seen: (method, path without query).
     pub requests: Mutex<Vec<(String, String)>>,
     /// Bumped to end every open watch.
-    generation: AtomicU64,
+    pub(super) generation: AtomicU64,
     /// Refuse this many TokenRequests with 403 (the node authorizer of a
     /// real API server does until it has seen the pod bound to the node).
     pub token_refusals: AtomicU64,
@@ -70,7 +68,7 @@ impl Drop for ApiServer {
     }
 }
 
-fn now() -> String {
+pub(super) fn now() -> String {
     let d = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap();
@@ -114,7 +112,7 @@ pub fn merge(target: &mut Value, patch: &Value) {
     }
 }
 
-fn status(code: u16, reason: &str, message: &str) -> Value {
+pub(super) fn status(code: u16, reason: &str, message: &str) -> Value {
     json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
            "message": message, "reason": reason, "code": code})
 }
@@ -137,10 +135,10 @@ fn uid_conflict(obj: &Value, uid: Option<&str>) -> Option<(u16, Value)> {
 /// A parsed resource path.
 pub struct Target {
     /// `/api/v1` or `/apis/G/V`.
-    prefix: String,
-    namespace: Option<String>,
-    resource: String,
-    name: Option<String>,
+    pub(super) prefix: String,
+    pub(super) namespace: Option<String>,
+    pub(super) resource: String,
+    pub(super) name: Option<String>,
     pub sub: Option<String>,
 }
 
@@ -171,7 +169,7 @@ impl Target {
         })
     }
 
-    fn collection(&self) -> String {
+    pub(super) fn collection(&self) -> String {
         match &self.namespace {
             Some(ns) => format!("{}/namespaces/{ns}/{}", self.prefix, self.resource),
             None => format!("{}/{}", self.prefix, self.resource),
@@ -200,7 +198,7 @@ impl Target {
     }
 }
 
-fn kind_of(resource: &str) -> (&'static str, &'static str) {
+pub(super) fn kind_of(resource: &str) -> (&'static str, &'static str) {
     match resource {
         "pods" => ("Pod", "v1"),
         "nodes" => ("Node", "v1"),
@@ -214,7 +212,7 @@ fn kind_of(resource: &str) -> (&'static str, &'static str) {
     }
 }
 
-fn field_matches(obj: &Value, selector: Option<&str>) -> bool {
+pub(super) fn field_matches(obj: &Value, selector: Option<&str>) -> bool {
     let Some(sel) = selector else { return true };
     sel.split(',').filter(|t| !t.is_empty()).all(|term| {
         let Some((k, v)) = term.split_once('=') else {
@@ -230,35 +228,8 @@ fn field_matches(obj: &Value, selector: Option<&str>) -> bool {
     })
 }
 
-fn query(q: &str) -> BTreeMap<String, String> {
-    q.split('&')
-        .filter_map(|kv| kv.split_once('=').or(Some((kv, ""))))
-        .filter(|(k, _)| !k.is_empty())
-        .map(|(k, v)| (k.to_string(), unescape(v)))
-        .collect()
-}
-
-pub fn unescape(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' && i + 2 < b.len() {
-            let hex = |c: u8| (c as char).to_digit(16);
-            if let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2])) {
-                out.push((h * 16 + l) as u8);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(if b[i] == b'+' { b' ' } else { b[i] });
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 impl Shared {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Store> {
+    pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, Store> {
         self.store.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -343,7 +314,7 @@ impl Shared {
             .count()
     }
 
-    fn create_at(&self, t: &Target, mut obj: Value) -> (u16, Value) {
+    pub(super) fn create_at(&self, t: &Target, mut obj: Value) -> (u16, Value) {
         let Some(name) = obj["metadata"]["name"].as_str().map(String::from) else {
             return (422, status(422, "Invalid", "metadata.name: Required value"));
         };
@@ -373,7 +344,7 @@ impl Shared {
         (201, self.put(&mut st, &key, obj, true))
     }
 
-    fn delete_at(&self, t: &Target, opts: &Value) -> (u16, Value) {
+    pub(super) fn delete_at(&self, t: &Target, opts: &Value) -> (u16, Value) {
         let key = t.key();
         let mut st = self.lock();
         let Some(obj) = st.objects.get(&key).cloned() else {
@@ -408,7 +379,7 @@ impl Shared {
         (200, v)
     }
 
-    fn patch_at(&self, t: &Target, patch: &Value) -> (u16, Value) {
+    pub(super) fn patch_at(&self, t: &Target, patch: &Value) -> (u16, Value) {
         let key = t.key();
         let mut st = self.lock();
         let Some(mut obj) = st.objects.get(&key).cloned() else {
@@ -440,7 +411,7 @@ impl Shared {
         (200, self.put(&mut st, &key, obj, false))
     }
 
-    fn list_at(&self, t: &Target, q: &BTreeMap<String, String>) -> Value {
+    pub(super) fn list_at(&self, t: &Target, q: &BTreeMap<String, String>) -> Value {
         let st = self.lock();
         let items: Vec<Value> = st
             .objects
@@ -473,7 +444,7 @@ pub async fn start(token: &str) -> ApiServer {
     let s2 = s.clone();
     let task = tokio::spawn(async move {
         while let Ok((c, _)) = l.accept().await {
-            tokio::spawn(serve(c, s2.clone()));
+            tokio::spawn(super::apiserver_wire::serve(c, s2.clone()));
         }
     });
     ApiServer { port, s, task }
@@ -486,239 +457,5 @@ impl ApiServer {
             "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: 'http://127.0.0.1:{}'}}\nusers:\n- name: u\n  user: {{token: '{token}'}}\ncontexts:\n- name: x\n  context: {{cluster: c, user: u}}\ncurrent-context: x\n",
             self.port
         )
-    }
-}
-
-async fn respond(c: &mut TcpStream, code: u16, body: &Value) -> std::io::Result<()> {
-    let b = serde_json::to_vec(body).unwrap();
-    let head = format!(
-        "HTTP/1.1 {code} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-        b.len()
-    );
-    c.write_all(head.as_bytes()).await?;
-    c.write_all(&b).await
-}
-
-async fn chunk(c: &mut TcpStream, v: &Value) -> std::io::Result<()> {
-    let mut b = serde_json::to_vec(v).unwrap();
-    b.push(b'\n');
-    c.write_all(format!("{:x}\r\n", b.len()).as_bytes()).await?;
-    c.write_all(&b).await?;
-    c.write_all(b"\r\n").await?;
-    c.flush().await
-}
-
-async fn serve(mut c: TcpStream, s: Arc<Shared>) {
-    let mut buf: Vec<u8> = Vec::new();
-    loop {
-        // One request head.
-        let (method, target, headers, used) = loop {
-            let mut hs = [httparse::EMPTY_HEADER; 64];
-            let mut req = httparse::Request::new(&mut hs);
-            if let Ok(httparse::Status::Complete(n)) = req.parse(&buf) {
-                let headers: Vec<(String, String)> = req
-                    .headers
-                    .iter()
-                    .map(|h| {
-                        (
-                            h.name.to_ascii_lowercase(),
-                            String::from_utf8_lossy(h.value).into_owned(),
-                        )
-                    })
-                    .collect();
-                break (
-                    req.method.unwrap_or("").to_string(),
-                    req.path.unwrap_or("").to_string(),
-                    headers,
-                    n,
-                );
-            }
-            let mut tmp = [0u8; 8192];
-            match c.read(&mut tmp).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => buf.extend_from_slice(&tmp[..n]),
-            }
-        };
-        buf.drain(..used);
-        let header = |k: &str| headers.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
-        let len: usize = header("content-length")
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
-        while buf.len() < len {
-            let mut tmp = [0u8; 8192];
-            match c.read(&mut tmp).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => buf.extend_from_slice(&tmp[..n]),
-            }
-        }
-        let body: Value = serde_json::from_slice(&buf[..len]).unwrap_or(Value::Null);
-        buf.drain(..len);
-        let (path, q) = target.split_once('?').unwrap_or((&target, ""));
-        let q = query(q);
-        s.requests
-            .lock()
-            .unwrap()
-            .push((method.clone(), path.to_string()));
-        if s.unavailable.load(Ordering::SeqCst) {
-            let _ = respond(
-                &mut c,
-                503,
-                &status(
-                    503,
-                    "ServiceUnavailable",
-                    "the server is currently unable to handle the request",
-                ),
-            )
-            .await;
-            continue;
-        }
-        let token = s.token.lock().unwrap().clone();
-        if header("authorization").as_deref() != Some(&format!("Bearer {token}")) {
-            let _ = respond(&mut c, 401, &status(401, "Unauthorized", "Unauthorized")).await;
-            continue;
-        }
-        let Some(t) = Target::parse(path) else {
-            let _ = respond(
-                &mut c,
-                404,
-                &status(
-                    404,
-                    "NotFound",
-                    "the server could not find the requested resource",
-                ),
-            )
-            .await;
-            continue;
-        };
-        let watching = matches!(q.get("watch").map(|s| s.as_str()), Some("true") | Some("1"));
-        let (code, v) = match method.as_str() {
-            "GET" if watching => {
-                let _ = watch(&mut c, &s, &t, &q).await;
-                return;
-            }
-            "GET" if t.name.is_none() => (200, s.list_at(&t, &q)),
-            "GET" => match s.get(&t.key()) {
-                Some(v) => (200, v),
-                None => (
-                    404,
-                    status(
-                        404,
-                        "NotFound",
-                        &format!(
-                            "{} \"{}\" not found",
-                            t.resource,
-                            t.name.clone().unwrap_or_default()
-                        ),
-                    ),
-                ),
-            },
-            "POST" if t.name.is_none() => s.create_at(&t, body),
-            "POST"
-                if t.sub.as_deref() == Some("token")
-                    && s
-                        .token_refusals
-                        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-                        .is_ok() =>
-            {
-                (403, status(403, "Forbidden", "serviceaccounts \"default\" is forbidden: no relationship found between node and this object"))
-            }
-            "POST" if t.sub.as_deref() == Some("token") => {
-                let pod = body["spec"]["boundObjectRef"]["name"]
-                    .as_str()
-                    .unwrap_or("")
-                    .to_string();
-                let sa = t.name.clone().unwrap_or_default();
-                let mut b = body.clone();
-                b["status"] = json!({"token": format!("token-for-{sa}-bound-to-{pod}"),
-                                     "expirationTimestamp": "2099-01-01T00:00:00Z"});
-                (201, b)
-            }
-            "PATCH" if t.name.is_some() => s.patch_at(&t, &body),
-            "PUT" if t.name.is_some() => {
-                let mut p = body.clone();
-                if t.sub.as_deref() != Some("status") {
-                    if let Some(o) = p.as_object_mut() {
-                        o.remove("status");
-                    }
-                }
-                s.patch_at(&t, &p)
-            }
-            "DELETE" if t.name.is_some() => s.delete_at(&t, &body),
-            _ => (405, status(405, "MethodNotAllowed", "method not allowed")),
-        };
-        if respond(&mut c, code, &v).await.is_err() {
-            return;
-        }
-    }
-}
-
-async fn watch(
-    c: &mut TcpStream,
-    s: &Shared,
-    t: &Target,
-    q: &BTreeMap<String, String>,
-) -> std::io::Result<()> {
-    c.write_all(
-        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n",
-    )
-    .await?;
-    let from: u64 = q
-        .get("resourceVersion")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    let bookmarks = q
-        .get("allowWatchBookmarks")
-        .map(|v| v == "true")
-        .unwrap_or(false);
-    let timeout = q
-        .get("timeoutSeconds")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(300);
-    let deadline = Instant::now() + Duration::from_secs(timeout);
-    let cut_ms = s.break_watches_ms.load(Ordering::SeqCst);
-    let cut = (cut_ms > 0).then(|| Instant::now() + Duration::from_millis(cut_ms));
-    let generation = s.generation.load(Ordering::SeqCst);
-    let selector = q.get("fieldSelector").cloned();
-    let compacted = s.lock().compacted_below;
-    {
-        if from > 0 && from < compacted {
-            chunk(c, &json!({"type": "ERROR", "object": status(410, "Expired", "too old resource version")})).await?;
-            return c.write_all(b"0\r\n\r\n").await;
-        }
-    }
-    let mut sent = from;
-    let mut last_bookmark = Instant::now();
-    loop {
-        let notified = s.changed.notified();
-        let events: Vec<(u64, String, Value)> = {
-            let st = s.lock();
-            let evs: Vec<_> = st
-                .log
-                .iter()
-                .filter(|(rv, _, k, obj)| {
-                    *rv > sent && t.lists(k) && field_matches(obj, selector.as_deref())
-                })
-                .map(|(rv, ty, _, obj)| (*rv, ty.clone(), obj.clone()))
-                .collect();
-            sent = sent.max(st.rv);
-            evs
-        };
-        for (_, ty, obj) in events {
-            chunk(c, &json!({"type": ty, "object": obj})).await?;
-        }
-        if bookmarks && last_bookmark.elapsed() >= Duration::from_secs(1) {
-            let (kind, api_version) = kind_of(&t.resource);
-            chunk(c, &json!({"type": "BOOKMARK", "object": {"kind": kind, "apiVersion": api_version, "metadata": {"resourceVersion": sent.to_string()}}})).await?;
-            last_bookmark = Instant::now();
-        }
-        let now = Instant::now();
-        let end = cut.map_or(deadline, |x| x.min(deadline));
-        if now >= end
-            || s.generation.load(Ordering::SeqCst) != generation
-            || s.unavailable.load(Ordering::SeqCst)
-        {
-            return c.write_all(b"0\r\n\r\n").await;
-        }
-        let _ = tokio::time::timeout((end - now).min(Duration::from_millis(500)), notified).await;
     }
 }

@@ -5,6 +5,7 @@
 #![allow(dead_code, clippy::unwrap_used)]
 
 pub mod apiserver;
+pub mod apiserver_wire;
 pub mod cluster;
 pub mod cni;
 pub mod containerd;
