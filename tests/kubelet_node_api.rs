@@ -1,8 +1,8 @@
 //! The kubelet API (HTTPS, client certificates) of a `husk kubelet`
 //! joined to the stand-in API server, as the API server calls it for
-//! `kubectl logs`, `exec` and `port-forward`: /healthz, /pods,
+//! `kubectl logs`, `exec`, `attach` and `port-forward`: /healthz, /pods,
 //! /containerLogs (tailLines, timestamps, limitBytes, follow), /exec over
-//! SPDY and WebSocket through to husk serve, /portForward; requests
+//! SPDY and WebSocket through to husk serve, /attach, /portForward; requests
 //! without a client certificate (or with one from another CA) refused.
 #![allow(clippy::unwrap_used)]
 
@@ -230,6 +230,39 @@ async fn kubelet_api_serves_pods_logs_and_exec_to_clients_it_trusts() {
         .unwrap();
     assert_eq!(&got[..], b"followed\n");
     drop(resp);
+    // attach: the container's output from now on reaches the client.
+    let attach_url = format!(
+        "https://127.0.0.1:{}/attach/default/web/app?output=1&error=1",
+        port(&e)
+    );
+    let attached = Buf::default();
+    let io = Stdio {
+        stdout: Some(Box::new(attached.clone())),
+        stderr: Some(Box::new(attached.clone())),
+        ..Default::default()
+    };
+    let tls_a = tls(&pki);
+    let session =
+        tokio::spawn(
+            async move { sc::remotecommand(&attach_url, Transport::Spdy, &tls_a, io).await },
+        );
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !attached.text().contains("to the attached") {
+        assert!(
+            Instant::now() < deadline,
+            "attach saw {:?}",
+            attached.text()
+        );
+        exec(
+            &e,
+            &pki,
+            Transport::Spdy,
+            &["/bin/sh", "-c", "echo to the attached > /proc/1/fd/1"],
+        )
+        .await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    session.abort();
     // exec over both protocols, exit codes included.
     let (code, out) = exec(&e, &pki, Transport::Spdy, &["/bin/echo", "hello spdy"]).await;
     assert_eq!((code, out.as_str()), (0, "hello spdy\n"));
