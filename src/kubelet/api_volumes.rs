@@ -5,9 +5,11 @@
 //!   (sources `serviceAccountToken`, `configMap`, `secret`, `downwardAPI`,
 //!   which is how every pod gets its `kube-api-access-*` volume), written
 //!   under `<pod dir>/volumes/kubernetes.io~<kind>/<name>/` by
-//!   [`super::atomic_writer`]; secret and projected volumes on tmpfs. Every sync rewrites
+//!   [`super::atomic_writer`]; secret and projected volumes on tmpfs.
+//!   Every sync rewrites
 //!   a volume whose content changed, so edits reach running containers;
-//! - env `valueFrom.secretKeyRef` / `configMapKeyRef` and `envFrom`.
+//! - the secrets and config maps that env refers to are read here too
+//!   ([`Objects::data`]; see `super::env::env_objects`).
 //!
 //! Service-account tokens come from the TokenRequest API, bound to the
 //! pod, and are renewed after 80% of their lifetime. Without an API server
@@ -16,7 +18,7 @@
 use super::{defaults, volumes, Ctx};
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{
-    ConfigMap, Container, DownwardAPIVolumeFile, KeyToPath, Pod, Secret, ServiceAccount, Volume,
+    ConfigMap, DownwardAPIVolumeFile, KeyToPath, Pod, Secret, ServiceAccount, Volume,
 };
 use kube::api::{Api, PostParams};
 use std::collections::{BTreeMap, HashMap};
@@ -37,7 +39,7 @@ pub enum Kind {
 }
 
 impl Kind {
-    fn word(self) -> &'static str {
+    pub fn word(self) -> &'static str {
         match self {
             Kind::Secret => "secret",
             Kind::ConfigMap => "configmap",
@@ -480,71 +482,6 @@ pub async fn setup(ctx: &Ctx, pod: &Pod) -> Result<HashMap<String, PathBuf>, vol
         }
         super::atomic_writer::write(&p, &files).map_err(|e| fail(e.to_string()))?;
         out.insert(v.name.clone(), p);
-    }
-    Ok(out)
-}
-
-/// Env from secrets and config maps: (kind, name) → data, for every
-/// object the container's env and envFrom name (None: optional, absent).
-pub type EnvObjects = HashMap<(Kind, String), Option<BTreeMap<String, Vec<u8>>>>;
-
-/// Fetches what a container's env refers to; Err is a
-/// CreateContainerConfigError message.
-pub async fn env_objects(ctx: &Ctx, pod: &Pod, c: &Container) -> Result<EnvObjects, String> {
-    let ns = defaults::namespace(pod);
-    let mut want: Vec<(Kind, String, bool)> = Vec::new();
-    for e in c.env.iter().flatten() {
-        let Some(src) = &e.value_from else { continue };
-        if let Some(r) = &src.secret_key_ref {
-            want.push((Kind::Secret, r.name.clone(), r.optional.unwrap_or(false)));
-        }
-        if let Some(r) = &src.config_map_key_ref {
-            want.push((Kind::ConfigMap, r.name.clone(), r.optional.unwrap_or(false)));
-        }
-    }
-    for f in c.env_from.iter().flatten() {
-        if let Some(r) = &f.secret_ref {
-            want.push((Kind::Secret, r.name.clone(), r.optional.unwrap_or(false)));
-        }
-        if let Some(r) = &f.config_map_ref {
-            want.push((Kind::ConfigMap, r.name.clone(), r.optional.unwrap_or(false)));
-        }
-    }
-    let mut out = EnvObjects::new();
-    for (kind, name, optional) in want {
-        if out.contains_key(&(kind, name.clone())) {
-            continue;
-        }
-        let d = ctx.objects.data(kind, ns, &name).await?;
-        if d.is_none() && !optional {
-            return Err(format!("{} {name:?} not found", kind.word()));
-        }
-        out.insert((kind, name), d);
-    }
-    for e in c.env.iter().flatten() {
-        let Some(src) = &e.value_from else { continue };
-        let refs = [
-            src.secret_key_ref
-                .as_ref()
-                .map(|r| (Kind::Secret, &r.name, &r.key, r.optional)),
-            src.config_map_key_ref
-                .as_ref()
-                .map(|r| (Kind::ConfigMap, &r.name, &r.key, r.optional)),
-        ];
-        for (kind, name, key, optional) in refs.into_iter().flatten() {
-            let has = out
-                .get(&(kind, name.clone()))
-                .and_then(|d| d.as_ref())
-                .is_some_and(|d| d.contains_key(key));
-            if !has && !optional.unwrap_or(false) {
-                let what = if kind == Kind::Secret {
-                    "Secret"
-                } else {
-                    "ConfigMap"
-                };
-                return Err(format!("couldn't find key {key} in {what} {ns}/{name}"));
-            }
-        }
     }
     Ok(out)
 }

@@ -25,7 +25,7 @@ pub struct Inputs<'a> {
     pub etc_hosts: Option<PathBuf>,
     pub image_ref: &'a str,
     /// The secrets and config maps the env refers to.
-    pub env_objects: &'a super::api_volumes::EnvObjects,
+    pub env_objects: &'a super::env::EnvObjects,
     /// Service link variables (overridden by the container's own env).
     pub service_env: &'a [(String, String)],
 }
@@ -321,7 +321,8 @@ mod tests {
         let c = &pod.spec.as_ref().unwrap().containers[0];
         let vols = HashMap::new();
         let ips = vec!["10.1.2.3".to_string()];
-        use crate::kubelet::api_volumes::{EnvObjects, Kind};
+        use crate::kubelet::api_volumes::Kind;
+        use crate::kubelet::env::EnvObjects;
         let mut objs = EnvObjects::new();
         objs.insert(
             (Kind::Secret, "s".into()),

@@ -54,10 +54,6 @@ impl Deletions {
         self.grace.remove(uid);
         self.done.remove(uid);
     }
-
-    pub fn is_done(&self, uid: &str) -> bool {
-        self.done.contains(uid)
-    }
 }
 
 #[cfg(test)]
@@ -72,12 +68,13 @@ mod tests {
         assert_eq!(d.update("u", 1), Action::Shorten(1));
         assert_eq!(d.update("u", 5), Action::Nothing);
         d.finished("u");
-        assert!(d.is_done("u"));
+        assert!(d.done.contains("u"));
         assert_eq!(d.update("u", 0), Action::Nothing);
         d.forget("u");
-        assert!(!d.is_done("u"));
+        assert!(!d.done.contains("u"));
+        assert_eq!(d.update("u", 30), Action::Start);
         // A pod terminated for another reason is not marked done.
         d.finished("v");
-        assert!(!d.is_done("v"));
+        assert!(!d.done.contains("v"));
     }
 }

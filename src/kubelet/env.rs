@@ -5,12 +5,13 @@
 //! and the downward-API fields and resources that env and downwardAPI
 //! volumes share.
 
+use super::api_volumes::Kind;
 use super::container_config::Inputs;
-use super::defaults;
 use super::settings::Settings;
+use super::{defaults, Ctx};
 use crate::api::cri::KeyValue;
 use k8s_openapi::api::core::v1::{Container, Pod};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// Whether a fieldRef path is one a pod may use.
 pub fn field_supported(path: &str) -> bool {
@@ -267,4 +268,69 @@ pub fn env(s: &Settings, pod: &Pod, c: &Container, inp: &Inputs) -> Vec<KeyValue
         });
     }
     out
+}
+
+/// Env from secrets and config maps: (kind, name) → data, for every
+/// object the container's env and envFrom name (None: optional, absent).
+pub type EnvObjects = HashMap<(Kind, String), Option<BTreeMap<String, Vec<u8>>>>;
+
+/// Fetches what a container's env refers to; Err is a
+/// CreateContainerConfigError message.
+pub async fn env_objects(ctx: &Ctx, pod: &Pod, c: &Container) -> Result<EnvObjects, String> {
+    let ns = defaults::namespace(pod);
+    let mut want: Vec<(Kind, String, bool)> = Vec::new();
+    for e in c.env.iter().flatten() {
+        let Some(src) = &e.value_from else { continue };
+        if let Some(r) = &src.secret_key_ref {
+            want.push((Kind::Secret, r.name.clone(), r.optional.unwrap_or(false)));
+        }
+        if let Some(r) = &src.config_map_key_ref {
+            want.push((Kind::ConfigMap, r.name.clone(), r.optional.unwrap_or(false)));
+        }
+    }
+    for f in c.env_from.iter().flatten() {
+        if let Some(r) = &f.secret_ref {
+            want.push((Kind::Secret, r.name.clone(), r.optional.unwrap_or(false)));
+        }
+        if let Some(r) = &f.config_map_ref {
+            want.push((Kind::ConfigMap, r.name.clone(), r.optional.unwrap_or(false)));
+        }
+    }
+    let mut out = EnvObjects::new();
+    for (kind, name, optional) in want {
+        if out.contains_key(&(kind, name.clone())) {
+            continue;
+        }
+        let d = ctx.objects.data(kind, ns, &name).await?;
+        if d.is_none() && !optional {
+            return Err(format!("{} {name:?} not found", kind.word()));
+        }
+        out.insert((kind, name), d);
+    }
+    for e in c.env.iter().flatten() {
+        let Some(src) = &e.value_from else { continue };
+        let refs = [
+            src.secret_key_ref
+                .as_ref()
+                .map(|r| (Kind::Secret, &r.name, &r.key, r.optional)),
+            src.config_map_key_ref
+                .as_ref()
+                .map(|r| (Kind::ConfigMap, &r.name, &r.key, r.optional)),
+        ];
+        for (kind, name, key, optional) in refs.into_iter().flatten() {
+            let has = out
+                .get(&(kind, name.clone()))
+                .and_then(|d| d.as_ref())
+                .is_some_and(|d| d.contains_key(key));
+            if !has && !optional.unwrap_or(false) {
+                let what = if kind == Kind::Secret {
+                    "Secret"
+                } else {
+                    "ConfigMap"
+                };
+                return Err(format!("couldn't find key {key} in {what} {ns}/{name}"));
+            }
+        }
+    }
+    Ok(out)
 }

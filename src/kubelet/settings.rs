@@ -111,14 +111,19 @@ pub fn default_node_name() -> String {
 }
 
 fn memory_capacity() -> i64 {
-    std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|t| {
-            t.lines()
-                .find(|l| l.starts_with("MemTotal:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<i64>().ok())
-        })
+    meminfo_bytes(
+        &std::fs::read_to_string("/proc/meminfo").unwrap_or_default(),
+        "MemTotal:",
+    )
+}
+
+/// A `/proc/meminfo` field (`key` with its colon) in bytes; 0 if absent.
+pub fn meminfo_bytes(meminfo: &str, key: &str) -> i64 {
+    meminfo
+        .lines()
+        .find(|l| l.starts_with(key))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|kb| kb.parse::<i64>().ok())
         .map(|kb| kb * 1024)
         .unwrap_or(0)
 }

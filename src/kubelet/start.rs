@@ -155,7 +155,7 @@ async fn start_inner(
     } else {
         None
     };
-    let env_objects = super::api_volumes::env_objects(ctx, pod, c)
+    let env_objects = super::env::env_objects(ctx, pod, c)
         .await
         .map_err(config_err)?;
     let ns = defaults::namespace(pod);

@@ -156,10 +156,6 @@ impl Reporter {
             tracing::info!(task = self.what, "API server reachable again");
         }
     }
-
-    pub fn failing(&self) -> bool {
-        self.last.is_some()
-    }
 }
 
 /// Exponential back-off for retries: 500 ms doubling to 30 s.
@@ -189,13 +185,13 @@ mod tests {
     #[test]
     fn reporter_logs_each_cause_once() {
         let mut r = Reporter::new("t");
-        assert!(!r.failing());
+        assert_eq!(r.last, None);
         r.failed(&"down");
-        assert!(r.failing());
+        assert_eq!(r.last.as_deref(), Some("down"));
         r.failed(&"down");
         assert_eq!(r.last.as_deref(), Some("down"));
         r.ok();
-        assert!(!r.failing());
+        assert_eq!(r.last, None);
     }
 
     #[test]

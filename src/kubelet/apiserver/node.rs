@@ -50,15 +50,7 @@ pub struct Host {
 impl Host {
     pub fn read(root: &std::path::Path) -> Host {
         let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-        let kb = |key: &str| {
-            meminfo
-                .lines()
-                .find(|l| l.starts_with(key))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse::<i64>().ok())
-                .unwrap_or(0)
-                * 1024
-        };
+        let kb = |key: &str| crate::kubelet::settings::meminfo_bytes(&meminfo, key);
         let (disk, disk_available) = rustix::fs::statvfs(root)
             .map(|s| {
                 (
