@@ -123,6 +123,15 @@ pub fn namespace(pod: &Pod) -> &str {
 }
 
 /// `namespace/name`, as the kubelet's logs name pods.
+/// One of the pod's annotations.
+pub fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(key))
+        .map(|s| s.as_str())
+}
+
 pub fn full_name(pod: &Pod) -> String {
     format!("{}/{}", namespace(pod), name(pod))
 }

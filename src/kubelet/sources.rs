@@ -95,7 +95,9 @@ impl PodConfig {
             match taken.get(&full) {
                 Some(other) if *other != uid => {
                     errors.push(ManifestError {
-                        origin: annotation(&pod, labels::CONFIG_SOURCE).unwrap_or_default(),
+                        origin: defaults::annotation(&pod, labels::CONFIG_SOURCE)
+                            .unwrap_or_default()
+                            .to_string(),
                         message: format!(
                             "pod {full} is defined twice; the later definition is ignored"
                         ),
@@ -162,10 +164,6 @@ impl PodConfig {
             .collect();
         (updates, fresh)
     }
-}
-
-fn annotation(pod: &Pod, key: &str) -> Option<String> {
-    pod.metadata.annotations.as_ref()?.get(key).cloned()
 }
 
 /// Spec, labels, annotations (but the seen time) and deletion equal.

@@ -176,6 +176,13 @@ impl Target {
         }
     }
 
+    /// 404 for the object this path names.
+    pub(super) fn not_found(&self) -> (u16, Value) {
+        let name = self.name.clone().unwrap_or_default();
+        let msg = format!("{} \"{name}\" not found", self.resource);
+        (404, status(404, "NotFound", &msg))
+    }
+
     pub fn key(&self) -> String {
         format!(
             "{}/{}",
@@ -383,18 +390,7 @@ impl Shared {
         let key = t.key();
         let mut st = self.lock();
         let Some(mut obj) = st.objects.get(&key).cloned() else {
-            return (
-                404,
-                status(
-                    404,
-                    "NotFound",
-                    &format!(
-                        "{} \"{}\" not found",
-                        t.resource,
-                        t.name.clone().unwrap_or_default()
-                    ),
-                ),
-            );
+            return t.not_found();
         };
         if let Some(c) = uid_conflict(&obj, patch["metadata"]["uid"].as_str()) {
             return c;

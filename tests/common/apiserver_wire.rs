@@ -150,18 +150,7 @@ pub(super) async fn serve(mut c: TcpStream, s: Arc<Shared>) {
             "GET" if t.name.is_none() => (200, s.list_at(&t, &q)),
             "GET" => match s.get(&t.key()) {
                 Some(v) => (200, v),
-                None => (
-                    404,
-                    status(
-                        404,
-                        "NotFound",
-                        &format!(
-                            "{} \"{}\" not found",
-                            t.resource,
-                            t.name.clone().unwrap_or_default()
-                        ),
-                    ),
-                ),
+                None => t.not_found(),
             },
             "POST" if t.name.is_none() => s.create_at(&t, body),
             "POST"

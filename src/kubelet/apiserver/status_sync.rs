@@ -18,6 +18,7 @@
 
 use super::pods::{Mirrors, SOURCE};
 use super::Reporter;
+use crate::kubelet::defaults::annotation;
 use crate::kubelet::{defaults, labels};
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -36,14 +37,6 @@ pub enum Msg {
     Removed(Arc<Pod>),
     /// Every source has sent its first snapshot.
     SourcesReady,
-}
-
-fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
-    pod.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(key))
-        .map(|s| s.as_str())
 }
 
 pub fn is_static(pod: &Pod) -> bool {
