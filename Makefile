@@ -1,5 +1,5 @@
 # husk: common tasks. Every target installs what it needs first.
-.PHONY: setup build package test fuzz demo bench-pull bench-sandbox bench-containers bench-exec bench-stream bench-rpc lint
+.PHONY: setup build package test test-vm fuzz demo bench-pull bench-sandbox bench-containers bench-exec bench-stream bench-rpc lint
 
 setup:
 	bash packaging/setup-dev.sh
@@ -16,6 +16,12 @@ package: build
 test: setup
 	cargo test --all-targets
 	bash packaging/fuzz.sh
+
+# The node VMs alone (also part of `make test`): Debian's stock kernel
+# under qemu as a cgroup v2 node, running the guest suite of
+# tests/node_vm.
+test-vm: setup
+	cargo test --test node_vm -- --nocapture
 
 # Every fuzz target (tests/fuzz) for FUZZ_SECONDS each (default 30), from
 # its seed corpus; `make test` runs it too.

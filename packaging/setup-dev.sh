@@ -10,11 +10,15 @@ packages=(
   skopeo umoci                 # image tools (archives, demo image)
   containerd runc              # the peer, for side-by-side benchmarks
   libseccomp-dev               # seccomp for containers
+  libelf-dev zlib1g-dev        # libbpf (cgroup v2 device programs)
   apache2-utils                # htpasswd for auth tests
   iproute2 iptables jq procps curl ca-certificates util-linux mount
   pkg-config python3           # libseccomp linking; helper scripts
   binutils                     # strip/objdump for make package
   python3-grpcio               # a gRPC C-core client for the socket tests
+  qemu-system-x86              # the node VMs (tests/node_vm): software emulation
+  linux-image-amd64            # Debian's stock kernel, booted in the node VMs
+  apparmor                     # apparmor_parser, for AppArmor in the node VMs
 )
 missing=()
 for p in "${packages[@]}"; do
@@ -44,6 +48,8 @@ command -v cargo >/dev/null || {
   echo "setup: cargo (a Rust toolchain) is required: install rustup's stable toolchain first" >&2
   exit 1
 }
+# virtme-ng boots the node VMs with this machine's file system shared in.
+command -v vng >/dev/null || python3 -m pip install -q virtme-ng
 # cargo fuzz (libFuzzer) for the fuzz targets in tests/fuzz.
 cargo fuzz --version >/dev/null 2>&1 || cargo install cargo-fuzz --locked
 exit 0

@@ -6,6 +6,7 @@
 
 pub mod api;
 pub mod bench;
+pub mod cgroup;
 pub mod cli;
 pub mod config;
 pub mod container;
@@ -17,6 +18,7 @@ pub mod logging;
 pub mod logs;
 pub mod network;
 pub mod sandbox;
+pub mod security;
 pub mod server;
 pub mod shim;
 pub mod store;

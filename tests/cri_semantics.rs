@@ -140,7 +140,7 @@ async fn hugepage_limits_without_hugetlb_and_seccomp_profiles() {
     });
     let huge = create_start(&p.h, &pod, &pc, c).await;
     assert_eq!(exec(&p.h, &huge, &["true"]).await.0, 0);
-    let hugetlb = husk::container::cgroups::Layout::host().has("hugetlb");
+    let hugetlb = husk::cgroup::Layout::host().has("hugetlb");
     if !hugetlb {
         assert!(
             p.h.log().contains("no hugetlb cgroup controller"),

@@ -157,7 +157,7 @@ fn the_package_holds_what_a_node_needs() {
     ] {
         assert_eq!(status(ok), "ok", "{ok}: {report}");
     }
-    if !husk::container::cgroups::Layout::host().has("hugetlb") {
+    if !husk::cgroup::Layout::host().has("hugetlb") {
         assert_eq!(
             status("cgroup hugetlb"),
             "warn",

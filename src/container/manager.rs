@@ -420,7 +420,12 @@ impl ContainerManager {
             super::mounts::check_propagation(c, &mountinfo)
                 .map_err(|SpecError(m)| SandboxError::Invalid(m))?;
         }
-        let spec = spec::build(id, c, &img, &who, &ctx)
+        let mut c = c.clone();
+        if let Some(res) = c.linux.as_mut().and_then(|l| l.resources.as_mut()) {
+            crate::cgroup::resources::validate(res, crate::cgroup::Layout::host())?;
+            crate::cgroup::prune_unsupported(crate::cgroup::Layout::host(), &parent, res);
+        }
+        let spec = spec::build(id, &c, &img, &who, &ctx)
             .map_err(|SpecError(m)| SandboxError::Invalid(m))?;
         atomic::write_json(&dir.join("config.json"), &spec)
             .map_err(SandboxError::io("write container spec"))?;
@@ -549,19 +554,12 @@ impl ContainerManager {
         Some(r)
     }
 
+    /// Whether the kernel's OOM killer killed anything in the container's
+    /// cgroup: its own limit or its pod's (the counts are hierarchical), the
+    /// init or an exec.
     fn oom_killed(&self, r: &ContainerRecord) -> bool {
-        let p = Path::new("/sys/fs/cgroup/memory")
-            .join(r.cgroups_path.trim_start_matches('/'))
-            .join("memory.oom_control");
-        std::fs::read_to_string(p)
-            .ok()
-            .and_then(|s| {
-                s.lines()
-                    .find(|l| l.starts_with("oom_kill "))
-                    .and_then(|l| l[9..].trim().parse::<u64>().ok())
-            })
-            .map(|n| n > 0)
-            .unwrap_or(false)
+        crate::cgroup::oom_kills(crate::cgroup::Layout::host(), &r.cgroups_path)
+            .is_some_and(|n| n > 0)
     }
 
     pub fn list(&self) -> Vec<ContainerRecord> {

@@ -1,16 +1,14 @@
 //! Containers: turning a CRI ContainerConfig, the image's config and the
 //! pod's sandbox into an OCI runtime spec; running them through the pod's
-//! shim; their cgroups (usage, live resource updates) and exits.
+//! shim; their stats, live resource updates and exits (cgroups and
+//! security profiles are shared with the pause: `crate::cgroup`,
+//! `crate::security`).
 
-pub mod apparmor;
-pub mod cgroups;
 mod exits;
 pub mod manager;
 pub mod mounts;
 mod ops;
 mod recover;
-pub mod resources;
-pub mod seccomp;
 pub mod spec;
 pub mod stats;
 pub mod stream;

@@ -8,10 +8,10 @@
 //! - Devices from the config, with the cgroup rules that allow them;
 //!   privileged containers get the host's devices.
 
-use super::cgroups::Layout;
 use super::spec::{ImageDefaults, PodContext};
 use super::SpecError;
 use crate::api::cri::{ContainerConfig, MountPropagation};
+use crate::cgroup::Layout;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -239,7 +239,7 @@ pub fn mounts(
         json!({"destination": "/sys", "type": "sysfs", "source": "sysfs", "options": sys_opts}),
     ];
     m.extend(cgroup_mounts(
-        super::cgroups::Layout::host(),
+        crate::cgroup::Layout::host(),
         cgroups_path,
         privileged,
     ));

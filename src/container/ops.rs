@@ -101,7 +101,7 @@ impl ContainerManager {
         if r.state != ContainerState::Running {
             // An init that ended by itself may have left processes behind.
             if r.state == ContainerState::Exited {
-                super::cgroups::kill_all(super::cgroups::Layout::host(), &r.cgroups_path);
+                crate::cgroup::kill_all(crate::cgroup::Layout::host(), &r.cgroups_path);
             }
             return Ok(());
         }
@@ -143,7 +143,7 @@ impl ContainerManager {
         }
         // Whatever outlived the init (execs, its children in the pod's PID
         // namespace) goes with it, as runc's kill --all does.
-        let left = super::cgroups::kill_all(super::cgroups::Layout::host(), &r.cgroups_path);
+        let left = crate::cgroup::kill_all(crate::cgroup::Layout::host(), &r.cgroups_path);
         if left > 0 {
             tracing::info!(container_id = %id, processes = left, "killed what outlived the container's init");
         }

@@ -33,8 +33,8 @@ impl ContainerManager {
                 );
             }
             let parent = crate::sandbox::manager::cgroup_parent(&self.sandboxes.saved_config(pod));
-            crate::container::cgroups::remove(
-                crate::container::cgroups::Layout::host(),
+            crate::cgroup::remove(
+                crate::cgroup::Layout::host(),
                 &format!("{}/{id}", parent.trim_end_matches('/')),
             );
         }

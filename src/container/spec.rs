@@ -242,6 +242,28 @@ pub(super) fn set_resources(resources: &mut Value, res: &LinuxContainerResources
     }
 }
 
+/// Swap equal to memory (the kubelet's NoSwap) is `memory.swap.max` 0 on
+/// v2, but libcontainer writes no zero limits: say it through `unified`,
+/// which it applies as given. Only where the kernel accounts swap (the
+/// parent has the file).
+fn no_swap_on_v2(resources: &mut Value, res: &LinuxContainerResources, parent: &str) {
+    let layout = crate::cgroup::Layout::host();
+    let accounted = layout
+        .dir("memory", parent)
+        .is_some_and(|d| d.join("memory.swap.max").exists());
+    if layout.is_v2()
+        && accounted
+        && res.memory_limit_in_bytes > 0
+        && res.memory_swap_limit_in_bytes == res.memory_limit_in_bytes
+        && !res.unified.contains_key("memory.swap.max")
+    {
+        if !resources["unified"].is_object() {
+            resources["unified"] = json!({});
+        }
+        resources["unified"]["memory.swap.max"] = json!("0");
+    }
+}
+
 /// The whole spec.
 pub fn build(
     id: &str,
@@ -255,12 +277,15 @@ pub fn build(
         .as_ref()
         .and_then(|l| l.security_context.clone())
         .unwrap_or_default();
-    let mut res = c
+    // Limits of controllers the pods here lack are already pruned
+    // (`cgroup::prune_unsupported`, by the manager).
+    let res = c
         .linux
         .as_ref()
         .and_then(|l| l.resources.clone())
         .unwrap_or_default();
-    super::cgroups::prune_unsupported(super::cgroups::Layout::host(), &mut res);
+    crate::cgroup::resources::validate(&res, crate::cgroup::Layout::host())
+        .map_err(|e| SpecError(format!("resources: {e}")))?;
     let caps = capabilities(
         sc.capabilities
             .as_ref()
@@ -294,6 +319,12 @@ pub fn build(
         }
         _ => namespaces.push(json!({"type": "pid"})),
     }
+    if crate::cgroup::Layout::host().is_v2() {
+        // Its own cgroup is the root of what it sees (/proc/self/cgroup
+        // reads 0::/; /sys/fs/cgroup is its own cgroup), as runc and crun
+        // do on cgroup v2.
+        namespaces.push(json!({"type": "cgroup"}));
+    }
     let masked: Vec<String> = if sc.privileged {
         Vec::new()
     } else if sc.masked_paths.is_empty() {
@@ -308,7 +339,7 @@ pub fn build(
     } else {
         sc.readonly_paths.clone()
     };
-    if !sc.privileged && !super::cgroups::Layout::host().is_v2() {
+    if !sc.privileged && !crate::cgroup::Layout::host().is_v2() {
         // The tmpfs that holds the v1 cgroup binds (mounts.rs).
         readonly.push("/sys/fs/cgroup".into());
     }
@@ -317,6 +348,7 @@ pub fn build(
     rules.append(&mut device_rules);
     let mut resources = json!({ "devices": rules });
     set_resources(&mut resources, &res);
+    no_swap_on_v2(&mut resources, &res, pod.cgroup_parent);
     let cwd = if !c.working_dir.is_empty() {
         c.working_dir.clone()
     } else if !img.working_dir.is_empty() {
@@ -331,15 +363,16 @@ pub fn build(
     // Older kubelets still send the deprecated path form.
     #[allow(deprecated)]
     let legacy_path = sc.seccomp_profile_path.clone();
-    let seccomp = super::seccomp::profile(sc.seccomp.as_ref(), &legacy_path, sc.privileged, &caps)?;
+    let seccomp =
+        crate::security::seccomp::profile(sc.seccomp.as_ref(), &legacy_path, sc.privileged, &caps)?;
     #[allow(deprecated)]
     let legacy_apparmor = sc.apparmor_profile.clone();
-    let apparmor = super::apparmor::profile(
+    let apparmor = crate::security::apparmor::profile(
         id,
         sc.apparmor.as_ref(),
         &legacy_apparmor,
         sc.privileged,
-        super::apparmor::kernel_enabled(),
+        crate::security::apparmor::host(),
     )?;
     Ok(json!({
         "ociVersion": "1.0.2",

@@ -17,8 +17,8 @@
 //! Everything here does blocking file I/O (and, for the network, joins a
 //! namespace on its own thread); callers run it on a blocking thread.
 
-use super::cgroups::{self, Layout, Usage};
 use super::manager::{ContainerManager, ContainerRecord};
+use crate::cgroup::{self as cgroups, Layout, Usage};
 use crate::network::netdev::{self, Counters};
 use crate::sandbox::manager::{SandboxRecord, SandboxState};
 use crate::sandbox::SandboxError;

@@ -7,10 +7,10 @@
 //! reports) and in the OCI spec (`config.json`). The container's own lock
 //! is held throughout, so two updates never interleave.
 
-use super::cgroups::Layout;
 use super::manager::{err, ContainerManager, ContainerState};
-use super::resources;
 use crate::api::cri::LinuxContainerResources;
+use crate::cgroup::resources;
+use crate::cgroup::Layout;
 use crate::sandbox::SandboxError;
 use crate::store::atomic;
 use prost::Message;
@@ -44,7 +44,12 @@ impl ContainerManager {
             )));
         }
         let mut new = new.clone();
-        super::cgroups::prune_unsupported(Layout::host(), &mut new);
+        let parent = r
+            .cgroups_path
+            .rsplit_once('/')
+            .map(|(p, _)| p)
+            .unwrap_or("");
+        crate::cgroup::prune_unsupported(Layout::host(), parent, &mut new);
         let new = &new;
         resources::apply(Layout::host(), &r.cgroups_path, new)?;
 

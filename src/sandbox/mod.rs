@@ -47,7 +47,7 @@ pub enum SandboxError {
     #[error("shim: {0}")]
     Shim(String),
     #[error(transparent)]
-    Resources(#[from] crate::container::resources::ResourceError),
+    Resources(#[from] crate::cgroup::resources::ResourceError),
     #[error("{0}")]
     Timeout(String),
     /// The container or process is not in a state the request needs.

@@ -113,7 +113,7 @@ impl SandboxManager {
         }
         // The pause's cgroup, if libcontainer made it but never recorded it.
         let cgroups_path = format!("{}/{id}", cgroup_parent(&config).trim_end_matches('/'));
-        crate::container::cgroups::remove(crate::container::cgroups::Layout::host(), &cgroups_path);
+        crate::cgroup::remove(crate::cgroup::Layout::host(), &cgroups_path);
         // Mounts (shm, rootfs), pins, dirs.
         let dir = self.sandbox_dir(id);
         for m in crate::sys::mounts_under(&dir) {

@@ -359,6 +359,7 @@ impl SandboxManager {
             ipcns: ipcns.as_deref(),
             utsns: utsns.as_deref(),
             own_pid_ns: pid_mode != NamespaceMode::Node,
+            cgroup_ns: crate::cgroup::Layout::host().is_v2(),
             sysctls,
             oom_score_adj: spec::clamp_oom_score_adj(-998),
             shm: shm.as_deref(),
@@ -366,7 +367,7 @@ impl SandboxManager {
                 // Older kubelets still send the deprecated path form.
                 #[allow(deprecated)]
                 let legacy = sc.seccomp_profile_path.clone();
-                crate::container::seccomp::profile(
+                crate::security::seccomp::profile(
                     sc.seccomp.as_ref(),
                     &legacy,
                     sc.privileged,
@@ -375,7 +376,7 @@ impl SandboxManager {
                         .map(|c| c.to_string())
                         .collect::<Vec<_>>(),
                 )
-                .map_err(|crate::container::SpecError(m)| SandboxError::Invalid(m))?
+                .map_err(|crate::security::ProfileError(m)| SandboxError::Invalid(m))?
             },
         });
         atomic::write_json(&bundle.join("config.json"), &config)

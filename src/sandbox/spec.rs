@@ -87,6 +87,8 @@ pub struct PauseSpec<'a> {
     pub ipcns: Option<&'a Path>,
     pub utsns: Option<&'a Path>,
     pub own_pid_ns: bool,
+    /// A private cgroup namespace (cgroup v2 hosts).
+    pub cgroup_ns: bool,
     pub sysctls: Vec<(String, String)>,
     pub oom_score_adj: i32,
     pub shm: Option<&'a Path>,
@@ -119,6 +121,9 @@ pub fn pause(p: &PauseSpec<'_>) -> Value {
         if let Some(path) = path {
             namespaces.push(json!({"type": kind, "path": path}));
         }
+    }
+    if p.cgroup_ns {
+        namespaces.push(json!({"type": "cgroup"}));
     }
     let caps: Vec<&str> = DEFAULT_CAPS.to_vec();
     json!({
@@ -165,6 +170,7 @@ mod tests {
             ipcns: None,
             utsns: None,
             own_pid_ns: true,
+            cgroup_ns: true,
             sysctls: vec![("net.ipv4.ip_unprivileged_port_start".into(), "0".into())],
             oom_score_adj: -998,
             shm: None,
@@ -178,6 +184,9 @@ mod tests {
             .iter()
             .any(|n| n["type"] == "pid" && n.get("path").is_none()));
         assert!(!ns.iter().any(|n| n["type"] == "uts"));
+        assert!(ns
+            .iter()
+            .any(|n| n["type"] == "cgroup" && n.get("path").is_none()));
         assert_eq!(
             v["linux"]["sysctl"]["net.ipv4.ip_unprivileged_port_start"],
             "0"

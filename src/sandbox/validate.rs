@@ -108,6 +108,9 @@ pub fn config(c: &PodSandboxConfig) -> Result<(), String> {
     if !host_net && !c.hostname.is_empty() {
         hostname(&c.hostname)?;
     }
+    if let Some(l) = &c.linux {
+        crate::cgroup::check_parent("cgroupfs", &l.cgroup_parent)?;
+    }
     if let Some(sc) = c.linux.as_ref().and_then(|l| l.security_context.as_ref()) {
         if sc.run_as_group.is_some() && sc.run_as_user.is_none() {
             return Err("linux.security_context.run_as_group is set without run_as_user".into());

@@ -16,6 +16,7 @@ pub mod pod;
 pub mod registry;
 pub mod server;
 pub mod token_auth;
+pub mod vm;
 
 use std::path::Path;
 

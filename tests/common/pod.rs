@@ -91,8 +91,12 @@ pub fn remove_cgroup_tree(dir: &Path) {
     let _ = std::fs::remove_dir(dir);
 }
 
-/// Every cgroup hierarchy mounted under /sys/fs/cgroup.
+/// Every cgroup hierarchy mounted under /sys/fs/cgroup: the one unified
+/// hierarchy on a cgroup v2 node, one per v1 controller otherwise.
 pub fn cgroup_hierarchies() -> Vec<std::path::PathBuf> {
+    if Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
+        return vec!["/sys/fs/cgroup".into()];
+    }
     std::fs::read_dir("/sys/fs/cgroup")
         .unwrap()
         .flatten()

@@ -2,7 +2,7 @@
 //! unknown id is NotFound. Also the CRI form shared by the other stats RPCs.
 
 use crate::api::cri::*;
-use crate::container::cgroups::Usage;
+use crate::cgroup::Usage;
 use crate::container::stats::ContainerUsage;
 use crate::server::instrument::State;
 use tonic::Status;

@@ -162,6 +162,42 @@ pub(super) const METRICS: &[Def] = &[
         C,
     ),
     def(
+        "container_pressure_cpu_waiting_seconds_total",
+        "Time some of the container's tasks waited for CPU (PSI, cgroup v2).",
+        Base,
+        C,
+    ),
+    def(
+        "container_pressure_cpu_stalled_seconds_total",
+        "Time all of the container's tasks waited for CPU (PSI, cgroup v2).",
+        Base,
+        C,
+    ),
+    def(
+        "container_pressure_memory_waiting_seconds_total",
+        "Time some of the container's tasks waited for memory (PSI, cgroup v2).",
+        Base,
+        C,
+    ),
+    def(
+        "container_pressure_memory_stalled_seconds_total",
+        "Time all of the container's tasks waited for memory (PSI, cgroup v2).",
+        Base,
+        C,
+    ),
+    def(
+        "container_pressure_io_waiting_seconds_total",
+        "Time some of the container's tasks waited for I/O (PSI, cgroup v2).",
+        Base,
+        C,
+    ),
+    def(
+        "container_pressure_io_stalled_seconds_total",
+        "Time all of the container's tasks waited for I/O (PSI, cgroup v2).",
+        Base,
+        C,
+    ),
+    def(
         "container_processes",
         "Processes (tasks) in the container's cgroup.",
         Base,

@@ -108,6 +108,39 @@ fn container_metrics(
             o.opt("container_oom_events_total", m.oom_kills);
         }
         o.opt("container_processes", u.pids);
+        if let Some(p) = u.pressure {
+            let s = |us: u64| us / 1_000_000;
+            o.push(
+                "container_pressure_cpu_waiting_seconds_total",
+                &[],
+                s(p.cpu_some_us),
+            );
+            o.push(
+                "container_pressure_cpu_stalled_seconds_total",
+                &[],
+                s(p.cpu_full_us),
+            );
+            o.push(
+                "container_pressure_memory_waiting_seconds_total",
+                &[],
+                s(p.memory_some_us),
+            );
+            o.push(
+                "container_pressure_memory_stalled_seconds_total",
+                &[],
+                s(p.memory_full_us),
+            );
+            o.push(
+                "container_pressure_io_waiting_seconds_total",
+                &[],
+                s(p.io_some_us),
+            );
+            o.push(
+                "container_pressure_io_stalled_seconds_total",
+                &[],
+                s(p.io_full_us),
+            );
+        }
     }
     let device = c.writable.mountpoint.display().to_string();
     o.push("container_fs_usage_bytes", &[&device], c.writable.bytes);

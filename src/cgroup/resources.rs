@@ -2,7 +2,7 @@
 //!
 //! A CRI `LinuxContainerResources` update names only what changes: a zero
 //! number or an empty string leaves that setting as it is (as containerd
-//! treats it). [`validate`] refuses values the kernel or the CRI forbid
+//! treats it). [`validate`] (in `validate.rs`) refuses values the kernel or the CRI forbid
 //! before anything is written; [`apply`] writes the set fields to cgroup v1
 //! files (`cpu.shares`, `cpu.cfs_period_us`, `cpu.cfs_quota_us`,
 //! `cpuset.cpus`, `cpuset.mems`, `memory.limit_in_bytes`,
@@ -16,7 +16,8 @@
 //! `oom_score_adj` is recorded but not applied to running processes (as with
 //! runc's update).
 
-use super::cgroups::Layout;
+pub use super::validate::validate;
+use super::Layout;
 use crate::api::cri::LinuxContainerResources;
 use crate::error::Kind;
 use std::io;
@@ -28,6 +29,8 @@ pub enum ResourceError {
     Invalid(String),
     #[error("cgroup {path} of the container does not exist")]
     NoCgroup { path: PathBuf },
+    #[error("memory limit {limit} bytes is below the container's working set of {working_set} bytes: the kernel would OOM-kill it")]
+    BelowUsage { limit: u64, working_set: u64 },
     #[error("write {value:?} to {path}: {source}")]
     Write {
         path: PathBuf,
@@ -40,7 +43,9 @@ impl ResourceError {
     pub fn kind(&self) -> Kind {
         match self {
             ResourceError::Invalid(_) => Kind::InvalidArgument,
-            ResourceError::NoCgroup { .. } => Kind::FailedPrecondition,
+            ResourceError::NoCgroup { .. } | ResourceError::BelowUsage { .. } => {
+                Kind::FailedPrecondition
+            }
             // The kernel refused the value itself.
             ResourceError::Write { source, .. } if source.raw_os_error() == Some(libc::EINVAL) => {
                 Kind::InvalidArgument
@@ -54,93 +59,8 @@ impl ResourceError {
     }
 }
 
-fn invalid(m: impl Into<String>) -> ResourceError {
+pub(super) fn invalid(m: impl Into<String>) -> ResourceError {
     ResourceError::Invalid(m.into())
-}
-
-/// A cpuset list: `0-3,5`, ascending ranges of decimal numbers.
-fn valid_cpuset(s: &str) -> bool {
-    s.split(',').all(|part| {
-        let mut it = part.splitn(2, '-');
-        let a = it.next().and_then(|x| x.parse::<u32>().ok());
-        match (a, it.next()) {
-            (Some(_), None) => true,
-            (Some(a), Some(b)) => b.parse::<u32>().map(|b| b >= a).unwrap_or(false),
-            _ => false,
-        }
-    })
-}
-
-/// Refuses what neither the kernel nor the CRI allows.
-pub fn validate(r: &LinuxContainerResources, layout: &Layout) -> Result<(), ResourceError> {
-    if r.cpu_period != 0 && !(1_000..=1_000_000).contains(&r.cpu_period) {
-        return Err(invalid(format!(
-            "cpu_period {} µs is outside 1000..=1000000",
-            r.cpu_period
-        )));
-    }
-    if r.cpu_quota != 0 && r.cpu_quota != -1 && r.cpu_quota < 1_000 {
-        return Err(invalid(format!(
-            "cpu_quota {} µs is below the kernel's 1000 µs minimum (-1 means unlimited)",
-            r.cpu_quota
-        )));
-    }
-    if r.cpu_shares != 0 && !(2..=262_144).contains(&r.cpu_shares) {
-        return Err(invalid(format!(
-            "cpu_shares {} is outside 2..=262144",
-            r.cpu_shares
-        )));
-    }
-    if r.memory_limit_in_bytes < 0 {
-        return Err(invalid(format!(
-            "memory_limit_in_bytes {} is negative",
-            r.memory_limit_in_bytes
-        )));
-    }
-    if r.memory_swap_limit_in_bytes < -1 {
-        return Err(invalid(format!(
-            "memory_swap_limit_in_bytes {} is negative (-1 means unlimited)",
-            r.memory_swap_limit_in_bytes
-        )));
-    }
-    if r.memory_swap_limit_in_bytes > 0
-        && r.memory_limit_in_bytes > 0
-        && r.memory_swap_limit_in_bytes < r.memory_limit_in_bytes
-    {
-        return Err(invalid(format!(
-            "memory_swap_limit_in_bytes {} (memory plus swap) is below memory_limit_in_bytes {}",
-            r.memory_swap_limit_in_bytes, r.memory_limit_in_bytes
-        )));
-    }
-    for (name, v) in [
-        ("cpuset_cpus", &r.cpuset_cpus),
-        ("cpuset_mems", &r.cpuset_mems),
-    ] {
-        if !v.is_empty() && !valid_cpuset(v) {
-            return Err(invalid(format!("{name} {v:?} is not a list like 0-3,5")));
-        }
-    }
-    for h in &r.hugepage_limits {
-        if h.page_size.is_empty() || !h.page_size.chars().all(|c| c.is_ascii_alphanumeric()) {
-            return Err(invalid(format!(
-                "hugepage size {:?} is not valid",
-                h.page_size
-            )));
-        }
-    }
-    if !r.unified.is_empty() && !layout.is_v2() {
-        return Err(invalid(
-            "unified resources need cgroup v2; this host uses cgroup v1",
-        ));
-    }
-    for k in r.unified.keys() {
-        if k.contains('/') || k.starts_with('.') || !k.contains('.') {
-            return Err(invalid(format!(
-                "unified key {k:?} is not a cgroup file name"
-            )));
-        }
-    }
-    Ok(())
 }
 
 /// The resources to record: `new`'s set fields over `old`.
@@ -312,12 +232,20 @@ fn apply_v1(
     Ok(())
 }
 
-/// cpu.shares (2..262144) to cpu.weight (1..10000), as runc converts.
+/// cpu.shares (2..262144) to cpu.weight (1..10000) with the curve runc
+/// uses since 1.3.2 (and libcontainer at create), so that 2 → 1, 1024 (the
+/// default) → 100 and 262144 → 10000; an update writes what a create would.
 pub fn shares_to_weight(shares: u64) -> u64 {
-    if shares == 0 {
-        return 0;
+    match shares {
+        0 => 0,
+        0..=2 => 1,
+        262_144.. => 10_000,
+        s => {
+            let l = (s as f64).log2();
+            let exponent = (l * l + 125.0 * l) / 612.0 - 7.0 / 34.0;
+            (10f64.powf(exponent).ceil() as u64).clamp(1, 10_000)
+        }
     }
-    1 + ((shares.saturating_sub(2)) * 9999) / 262_142
 }
 
 fn apply_v2(
@@ -358,6 +286,18 @@ fn apply_v2(
         w.write(d.join("cpuset.mems"), r.cpuset_mems.clone())?;
     }
     if r.memory_limit_in_bytes != 0 {
+        // v1 refuses a limit below what it cannot reclaim (EBUSY); v2
+        // takes it and OOM-kills the container instead. An update is not a
+        // kill: below the working set (usage less inactive file pages) it
+        // is refused as v1 refuses it.
+        if let Some(m) = super::usage(layout, path).and_then(|u| u.memory) {
+            if (r.memory_limit_in_bytes as u64) < m.working_set {
+                return Err(ResourceError::BelowUsage {
+                    limit: r.memory_limit_in_bytes as u64,
+                    working_set: m.working_set,
+                });
+            }
+        }
         w.write(d.join("memory.max"), r.memory_limit_in_bytes.to_string())?;
     }
     if r.memory_swap_limit_in_bytes != 0 {
@@ -390,70 +330,9 @@ fn apply_v2(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
 
     fn res() -> LinuxContainerResources {
         LinuxContainerResources::default()
-    }
-
-    #[test]
-    fn validation() {
-        let v1 = Layout::V1(HashMap::new());
-        assert!(validate(&res(), &v1).is_ok());
-        let bad = [
-            LinuxContainerResources {
-                cpu_period: 10,
-                ..res()
-            },
-            LinuxContainerResources {
-                cpu_quota: 500,
-                ..res()
-            },
-            LinuxContainerResources {
-                cpu_shares: 1,
-                ..res()
-            },
-            LinuxContainerResources {
-                memory_limit_in_bytes: -5,
-                ..res()
-            },
-            LinuxContainerResources {
-                cpuset_cpus: "0-x".into(),
-                ..res()
-            },
-            LinuxContainerResources {
-                cpuset_mems: "3-1".into(),
-                ..res()
-            },
-            LinuxContainerResources {
-                memory_limit_in_bytes: 100 << 20,
-                memory_swap_limit_in_bytes: 50 << 20,
-                ..res()
-            },
-            LinuxContainerResources {
-                unified: [("memory.high".to_string(), "1".to_string())].into(),
-                ..res()
-            },
-        ];
-        for b in bad {
-            let e = validate(&b, &v1).expect_err("invalid");
-            assert_eq!(e.kind(), Kind::InvalidArgument, "{b:?}");
-        }
-        let ok = LinuxContainerResources {
-            cpu_quota: -1,
-            cpu_period: 100_000,
-            cpu_shares: 1024,
-            cpuset_cpus: "0-1,3".into(),
-            memory_limit_in_bytes: 64 << 20,
-            ..res()
-        };
-        assert!(validate(&ok, &v1).is_ok());
-        let v2 = Layout::V2(PathBuf::from("/sys/fs/cgroup"));
-        let u = LinuxContainerResources {
-            unified: [("../x".to_string(), "1".to_string())].into(),
-            ..res()
-        };
-        assert!(validate(&u, &v2).is_err());
     }
 
     #[test]
@@ -480,7 +359,7 @@ mod tests {
     #[test]
     fn weight_conversion() {
         assert_eq!(shares_to_weight(2), 1);
-        assert_eq!(shares_to_weight(1024), 39);
+        assert_eq!(shares_to_weight(1024), 100);
         assert_eq!(shares_to_weight(262_144), 10_000);
     }
 

@@ -10,8 +10,11 @@
 //! CNI config and the plugins its first network names, the sandbox image,
 //! the socket, seccomp and AppArmor. It changes nothing it does not undo.
 
+mod node;
+
+use crate::cgroup::Layout;
 use crate::config::Config;
-use crate::container::cgroups::Layout;
+use node::{apparmor, cgroups, seccomp};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
@@ -129,69 +132,6 @@ fn overlay_support() -> Check {
             "modprobe overlay (and add it to /etc/modules-load.d)",
         )
     }
-}
-
-/// The controllers the kubelet may ask for, whether each is required, and
-/// what husk does without it.
-const CONTROLLERS: [(&str, bool, &str); 7] = [
-    ("cpu", true, "CPU shares and quotas cannot be set"),
-    (
-        "memory",
-        true,
-        "memory limits and OOM reporting cannot work",
-    ),
-    ("pids", false, "pod PID limits are not enforced"),
-    ("cpuset", false, "cpuset limits are skipped (logged once)"),
-    (
-        "hugetlb",
-        false,
-        "hugepage limits are skipped (logged once), as runc does",
-    ),
-    (
-        "devices",
-        false,
-        "device rules are not enforced by a cgroup",
-    ),
-    ("freezer", false, "containers cannot be frozen"),
-];
-
-fn cgroups(layout: &Layout) -> Vec<Check> {
-    let mut out = vec![check(
-        "cgroups",
-        Level::Ok,
-        if layout.is_v2() {
-            "cgroup v2 (unified)"
-        } else {
-            "cgroup v1 (each controller mounted on its own)"
-        },
-        "",
-    )];
-    for (name, required, without) in CONTROLLERS {
-        // v2 has no devices or freezer controllers: eBPF and cgroup.freeze
-        // take their place.
-        if layout.is_v2() && matches!(name, "devices" | "freezer") {
-            continue;
-        }
-        let label = format!("cgroup {name}");
-        out.push(if layout.has(name) {
-            check(&label, Level::Ok, "present", "")
-        } else if required {
-            check(
-                &label,
-                Level::Fail,
-                format!("missing: {without}"),
-                format!("enable the {name} controller (kernel config or cgroup_enable={name})"),
-            )
-        } else {
-            check(
-                &label,
-                Level::Warn,
-                format!("missing: {without}"),
-                format!("enable the {name} controller to have them enforced"),
-            )
-        });
-    }
-    out
 }
 
 /// Whether bit `cap` is set in this process's effective capabilities.
@@ -506,64 +446,9 @@ async fn socket(path: &Path) -> Check {
     }
 }
 
-fn seccomp() -> Check {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    if status.lines().any(|l| l.starts_with("Seccomp:")) {
-        check(
-            "seccomp",
-            Level::Ok,
-            "the kernel filters syscalls (RuntimeDefault works)",
-            "",
-        )
-    } else {
-        check(
-            "seccomp",
-            Level::Warn,
-            "the kernel has no seccomp: RuntimeDefault and Localhost profiles fail",
-            "run a kernel built with CONFIG_SECCOMP_FILTER",
-        )
-    }
-}
-
-fn apparmor() -> Check {
-    let on = std::fs::read_to_string("/sys/module/apparmor/parameters/enabled")
-        .map(|s| s.trim() == "Y")
-        .unwrap_or(false);
-    if on {
-        check(
-            "AppArmor",
-            Level::Ok,
-            "enabled: Localhost profiles apply",
-            "",
-        )
-    } else {
-        check(
-            "AppArmor",
-            Level::Ok,
-            "not in this kernel: AppArmor requests are ignored with a warning",
-            "",
-        )
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_hybrid_host_without_hugetlb_warns_and_without_memory_fails() {
-        let l = Layout::from_mountinfo(
-            "32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct
-35 31 0:32 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory",
-        );
-        let c = cgroups(&l);
-        let get = |n: &str| c.iter().find(|x| x.check == n).expect(n).status;
-        assert_eq!(get("cgroup cpu"), Level::Ok);
-        assert_eq!(get("cgroup hugetlb"), Level::Warn);
-        assert_eq!(worst(&c), Level::Warn);
-        let l = Layout::from_mountinfo("32 31 0:29 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu");
-        assert_eq!(worst(&cgroups(&l)), Level::Fail);
-    }
 
     #[test]
     fn cni_names_missing_plugins() {

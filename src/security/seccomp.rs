@@ -19,7 +19,7 @@
 //!   `syscalls`, `defaultErrnoRet`, `flags`) of the JSON profile at the path.
 //! - Privileged containers get no filter.
 
-use super::SpecError;
+use super::ProfileError;
 use crate::api::cri::{security_profile::ProfileType, SecurityProfile};
 use serde_json::{json, Value};
 
@@ -218,7 +218,7 @@ pub fn profile(
     deprecated_path: &str,
     privileged: bool,
     bounding: &[String],
-) -> Result<Option<Value>, SpecError> {
+) -> Result<Option<Value>, ProfileError> {
     if privileged {
         return Ok(None);
     }
@@ -241,9 +241,9 @@ pub fn profile(
         ProfileType::RuntimeDefault => Ok(Some(for_libcontainer(runtime_default(bounding)))),
         ProfileType::Localhost => {
             let text = std::fs::read(&reference)
-                .map_err(|e| SpecError(format!("seccomp profile {reference:?}: {e}")))?;
+                .map_err(|e| ProfileError(format!("seccomp profile {reference:?}: {e}")))?;
             let v: Value = serde_json::from_slice(&text)
-                .map_err(|e| SpecError(format!("seccomp profile {reference:?}: {e}")))?;
+                .map_err(|e| ProfileError(format!("seccomp profile {reference:?}: {e}")))?;
             let mut out = serde_json::Map::new();
             for k in [
                 "defaultAction",
@@ -257,7 +257,7 @@ pub fn profile(
                 }
             }
             if !out.contains_key("defaultAction") {
-                return Err(SpecError(format!(
+                return Err(ProfileError(format!(
                     "seccomp profile {reference:?} has no defaultAction"
                 )));
             }

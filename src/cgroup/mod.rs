@@ -1,0 +1,396 @@
+//! cgroups, for the pause and for containers alike: where the hierarchy is
+//! (this file), what a cgroup reports (`usage.rs`), how its processes are
+//! killed and it is removed (`kill.rs`), and live resource changes
+//! (`resources.rs`). Neither the sandbox nor the container room owns them.
+//!
+//! The layout is found once, from `/proc/self/mountinfo`: when a cgroup2
+//! file system is mounted at `/sys/fs/cgroup` the host is unified (v2) and
+//! a cgroups path `/a/b` is `/sys/fs/cgroup/a/b`; otherwise each v1
+//! controller has its own mount (`cpu`, `cpuacct`, `memory`, … possibly
+//! co-mounted, as `cpu,cpuacct`) and the path is joined to each. A hybrid
+//! host (v1 controllers plus an empty cgroup2 at `/sys/fs/cgroup/unified`)
+//! is v1, as libcontainer treats it.
+//!
+//! Reading never fails: a missing file (an exited container whose cgroup is
+//! gone, a controller not mounted) leaves that figure unset.
+//!
+//! With the cgroupfs driver a `cgroup_parent` is an absolute path in the
+//! hierarchy (`/kubepods/burstable/pod<uid>`); [`check_parent`] refuses the
+//! systemd driver's slice names and relative paths before anything is made.
+
+mod kill;
+pub mod resources;
+mod usage;
+mod validate;
+
+pub use kill::{kill_all, remove};
+pub use usage::{usage, Cpu, Memory, Usage};
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+/// Where cgroup controllers are mounted.
+#[derive(Debug, Clone)]
+pub enum Layout {
+    /// cgroup v1: mount point by controller name.
+    V1(HashMap<String, PathBuf>),
+    /// cgroup v2: the unified hierarchy's root.
+    V2(PathBuf),
+}
+
+impl Layout {
+    /// Parses mountinfo text.
+    pub fn from_mountinfo(text: &str) -> Layout {
+        let mut v1 = HashMap::new();
+        let mut unified_root = None;
+        for line in text.lines() {
+            let Some((left, right)) = line.split_once(" - ") else {
+                continue;
+            };
+            let mount_point = left.split(' ').nth(4).unwrap_or_default();
+            let mut r = right.split(' ');
+            let fstype = r.next().unwrap_or_default();
+            let _source = r.next();
+            let opts = r.next().unwrap_or_default();
+            match fstype {
+                "cgroup2" if mount_point == "/sys/fs/cgroup" => {
+                    unified_root = Some(PathBuf::from(mount_point));
+                }
+                "cgroup" => {
+                    for o in opts.split(',') {
+                        if matches!(
+                            o,
+                            "cpu"
+                                | "cpuacct"
+                                | "cpuset"
+                                | "memory"
+                                | "pids"
+                                | "hugetlb"
+                                | "blkio"
+                                | "devices"
+                                | "freezer"
+                        ) {
+                            v1.entry(o.to_string())
+                                .or_insert_with(|| PathBuf::from(mount_point));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        match unified_root {
+            Some(root) => Layout::V2(root),
+            None => Layout::V1(v1),
+        }
+    }
+
+    /// The host's layout (read once).
+    pub fn host() -> &'static Layout {
+        static LAYOUT: OnceLock<Layout> = OnceLock::new();
+        LAYOUT.get_or_init(|| {
+            Layout::from_mountinfo(
+                &std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default(),
+            )
+        })
+    }
+
+    pub fn is_v2(&self) -> bool {
+        matches!(self, Layout::V2(_))
+    }
+
+    /// Whether `controller` is available: mounted (v1) or listed in the
+    /// root's `cgroup.controllers` (v2).
+    pub fn has(&self, controller: &str) -> bool {
+        match self {
+            Layout::V1(m) => m.contains_key(controller),
+            Layout::V2(root) => read(root, "cgroup.controllers")
+                .is_some_and(|t| t.split_whitespace().any(|c| c == controller)),
+        }
+    }
+
+    /// The directory of `cgroups_path` for `controller` (v1), or in the
+    /// unified hierarchy (v2, where `controller` is ignored).
+    pub fn dir(&self, controller: &str, cgroups_path: &str) -> Option<PathBuf> {
+        let rel = cgroups_path.trim_start_matches('/');
+        match self {
+            Layout::V1(m) => m.get(controller).map(|root| root.join(rel)),
+            Layout::V2(root) => Some(root.join(rel)),
+        }
+    }
+}
+
+/// A limit "above which" counts as unlimited: the kernel rounds
+/// LONG_MAX down to a page multiple.
+pub(crate) const UNLIMITED: u64 = 1 << 62;
+
+pub(crate) fn read(dir: &Path, file: &str) -> Option<String> {
+    std::fs::read_to_string(dir.join(file)).ok()
+}
+
+pub(crate) fn read_u64(dir: &Path, file: &str) -> Option<u64> {
+    read(dir, file)?.trim().parse().ok()
+}
+
+/// `key value` lines (memory.stat, cpu.stat, …).
+pub(crate) fn flat_keyed(text: &str) -> HashMap<&str, u64> {
+    text.lines()
+        .filter_map(|l| {
+            let (k, v) = l.split_once(' ')?;
+            Some((k, v.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// Refuses a `cgroup_parent` that the cgroupfs driver cannot use: a
+/// systemd slice name (`kubepods-burstable.slice`, containerd's
+/// `slice:prefix:name` form) or a relative path, which would otherwise make
+/// a directory outside the pod cgroup the kubelet made. Empty is husk's
+/// default parent.
+pub fn check_parent(driver: &str, parent: &str) -> Result<(), String> {
+    if parent.is_empty() {
+        return Ok(());
+    }
+    let slice = parent.contains(':')
+        || parent
+            .trim_end_matches('/')
+            .rsplit('/')
+            .next()
+            .is_some_and(|last| last.ends_with(".slice"));
+    if slice {
+        return Err(format!(
+            "cgroup_parent {parent:?} is a systemd slice, but the cgroup driver is {driver:?}: give the kubelet cgroupDriver: cgroupfs, or an absolute cgroup path"
+        ));
+    }
+    if !parent.starts_with('/') {
+        return Err(format!(
+            "cgroup_parent {parent:?} is relative; the {driver:?} cgroup driver needs an absolute path such as /kubepods/burstable/pod<uid>"
+        ));
+    }
+    if parent.split('/').any(|c| c == ".." || c == ".") {
+        return Err(format!(
+            "cgroup_parent {parent:?} may not contain . or .. components (cgroup driver {driver:?})"
+        ));
+    }
+    Ok(())
+}
+
+/// OOM kills counted in the cgroup at `cgroups_path` (its subtree's, as
+/// the kernel counts them): `oom_kill` of `memory.events` on v2, of
+/// `memory.oom_control` on v1. None when the cgroup is gone.
+pub fn oom_kills(layout: &Layout, cgroups_path: &str) -> Option<u64> {
+    let (dir, file) = match layout {
+        Layout::V1(_) => (layout.dir("memory", cgroups_path)?, "memory.oom_control"),
+        Layout::V2(_) => (layout.dir("", cgroups_path)?, "memory.events"),
+    };
+    read(&dir, file).and_then(|t| flat_keyed(&t).get("oom_kill").copied())
+}
+
+/// On v2, the controllers that cgroups under `parent` can use: those in
+/// its `cgroup.subtree_control` once each controller the root has is
+/// enabled on the way down (what libcontainer does when it creates the
+/// cgroup, done here first so that one that cannot be enabled, under a
+/// parent holding processes of its own, is known before a spec is
+/// written). Missing parents are made, as libcontainer would make them.
+/// None on v1, where each controller is a hierarchy of its own.
+pub fn delegate(layout: &Layout, parent: &str) -> Option<Vec<String>> {
+    let Layout::V2(root) = layout else {
+        return None;
+    };
+    let wanted: Vec<String> = read(root, "cgroup.controllers")
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
+    let mut dir = root.clone();
+    let parts: Vec<&str> = parent
+        .split('/')
+        .filter(|c| !c.is_empty() && *c != "." && *c != "..")
+        .collect();
+    for part in parts {
+        let have = read(&dir, "cgroup.subtree_control").unwrap_or_default();
+        for c in &wanted {
+            if !have.split_whitespace().any(|h| h == c) {
+                let _ = std::fs::write(dir.join("cgroup.subtree_control"), format!("+{c}"));
+            }
+        }
+        dir.push(part);
+        if std::fs::create_dir(&dir).is_err() && !dir.is_dir() {
+            return Some(Vec::new());
+        }
+    }
+    let have = read(&dir, "cgroup.subtree_control").unwrap_or_default();
+    for c in &wanted {
+        if !have.split_whitespace().any(|h| h == c) {
+            let _ = std::fs::write(dir.join("cgroup.subtree_control"), format!("+{c}"));
+        }
+    }
+    Some(
+        read(&dir, "cgroup.subtree_control")
+            .unwrap_or_default()
+            .split_whitespace()
+            .map(str::to_string)
+            .collect(),
+    )
+}
+
+/// A v2 controller as `husk check` reports it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Controller {
+    pub name: String,
+    /// Enabled in the root's `cgroup.subtree_control` (delegated to the
+    /// cgroups below); libcontainer enables it on the way down otherwise.
+    pub delegated: bool,
+}
+
+/// The controllers of the unified hierarchy at `root` (v2 only).
+pub fn v2_controllers(root: &Path) -> Vec<Controller> {
+    let enabled = read(root, "cgroup.subtree_control").unwrap_or_default();
+    read(root, "cgroup.controllers")
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(|c| Controller {
+            name: c.to_string(),
+            delegated: enabled.split_whitespace().any(|e| e == c),
+        })
+        .collect()
+}
+
+/// Drops the limits of `res` that need a controller the host lacks, as
+/// runc and containerd do (the kubelet sends hugepage limits for every page
+/// size the node has, whether or not the hugetlb controller exists). Each
+/// controller skipped is logged once per process; the names are returned.
+/// On v2 a controller counts when the pod's parent delegates it to its
+/// children ([`delegate`]).
+pub fn prune_unsupported(
+    layout: &Layout,
+    parent: &str,
+    res: &mut crate::api::cri::LinuxContainerResources,
+) -> Vec<&'static str> {
+    let delegated = delegate(layout, parent);
+    let has = |c: &str| match &delegated {
+        Some(d) => d.iter().any(|x| x == c),
+        None => layout.has(c),
+    };
+    let mut skipped = Vec::new();
+    if !res.hugepage_limits.is_empty() && !has("hugetlb") {
+        res.hugepage_limits.clear();
+        skipped.push("hugetlb");
+    }
+    if (!res.cpuset_cpus.is_empty() || !res.cpuset_mems.is_empty()) && !has("cpuset") {
+        res.cpuset_cpus.clear();
+        res.cpuset_mems.clear();
+        skipped.push("cpuset");
+    }
+    if (res.cpu_shares > 0 || res.cpu_quota > 0 || res.cpu_period > 0) && !has("cpu") {
+        res.cpu_shares = 0;
+        res.cpu_quota = 0;
+        res.cpu_period = 0;
+        skipped.push("cpu");
+    }
+    if (res.memory_limit_in_bytes > 0 || res.memory_swap_limit_in_bytes > 0) && !has("memory") {
+        res.memory_limit_in_bytes = 0;
+        res.memory_swap_limit_in_bytes = 0;
+        skipped.push("memory");
+    }
+    static LOGGED: std::sync::Mutex<Vec<&'static str>> = std::sync::Mutex::new(Vec::new());
+    let mut logged = LOGGED.lock().unwrap_or_else(|p| p.into_inner());
+    for c in &skipped {
+        if !logged.contains(c) {
+            logged.push(c);
+            tracing::warn!(
+                controller = c,
+                "the {c} cgroup controller is not available to pods here: its limits are skipped"
+            );
+        }
+    }
+    skipped
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HYBRID: &str = "31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw,relatime - cgroup cgroup rw,cpu,cpuacct
+35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
+40 31 0:37 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,name=systemd
+41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw";
+
+    #[test]
+    fn hybrid_is_v1_with_comounted_controllers() {
+        let l = Layout::from_mountinfo(HYBRID);
+        assert!(!l.is_v2());
+        assert_eq!(
+            l.dir("cpuacct", "/pods/c1"),
+            Some(PathBuf::from("/sys/fs/cgroup/cpu,cpuacct/pods/c1"))
+        );
+        assert_eq!(
+            l.dir("memory", "pods/c1"),
+            Some(PathBuf::from("/sys/fs/cgroup/memory/pods/c1"))
+        );
+        assert_eq!(l.dir("pids", "/pods/c1"), None);
+    }
+
+    #[test]
+    fn limits_of_missing_controllers_are_pruned() {
+        let l = Layout::from_mountinfo(HYBRID);
+        let mut r = crate::api::cri::LinuxContainerResources {
+            cpu_shares: 2,
+            memory_limit_in_bytes: 1 << 20,
+            cpuset_cpus: "0".into(),
+            hugepage_limits: vec![crate::api::cri::HugepageLimit {
+                page_size: "2MB".into(),
+                limit: 0,
+            }],
+            ..Default::default()
+        };
+        assert_eq!(prune_unsupported(&l, "/p", &mut r), ["hugetlb", "cpuset"]);
+        assert!(r.hugepage_limits.is_empty() && r.cpuset_cpus.is_empty());
+        assert_eq!((r.cpu_shares, r.memory_limit_in_bytes), (2, 1 << 20));
+        assert!(prune_unsupported(&l, "/p", &mut r).is_empty());
+    }
+
+    #[test]
+    fn cgroupfs_parents_are_absolute_paths_not_slices() {
+        for ok in ["", "/kubepods/burstable/pod1", "/husk"] {
+            assert!(check_parent("cgroupfs", ok).is_ok(), "{ok}");
+        }
+        for (bad, why) in [
+            ("kubepods-burstable-pod1.slice", "systemd slice"),
+            ("/kubepods.slice/kubepods-burstable.slice", "systemd slice"),
+            ("system.slice:husk:pod1", "systemd slice"),
+            ("kubepods/pod1", "relative"),
+            ("/kubepods/../etc", ". or .."),
+        ] {
+            let e = check_parent("cgroupfs", bad).expect_err(bad);
+            assert!(e.contains(why) && e.contains("cgroupfs"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn v2_controllers_say_what_is_delegated() {
+        let d = tempfile::tempdir().expect("tempdir");
+        std::fs::write(d.path().join("cgroup.controllers"), "cpu memory pids\n").expect("w");
+        std::fs::write(d.path().join("cgroup.subtree_control"), "memory\n").expect("w");
+        let c = v2_controllers(d.path());
+        assert_eq!(
+            c.iter()
+                .map(|c| (c.name.as_str(), c.delegated))
+                .collect::<Vec<_>>(),
+            [("cpu", false), ("memory", true), ("pids", false)]
+        );
+    }
+
+    #[test]
+    fn unified_is_v2() {
+        let l = Layout::from_mountinfo(
+            "30 23 0:26 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate",
+        );
+        assert!(l.is_v2());
+        assert_eq!(
+            l.dir("memory", "/kubepods/pod1/c1"),
+            Some(PathBuf::from("/sys/fs/cgroup/kubepods/pod1/c1"))
+        );
+    }
+}

@@ -1,0 +1,351 @@
+//! What a cgroup reports: CPU, memory and pids figures from the v1
+//! controllers' files or the v2 unified files, as cAdvisor computes them
+//! (working set = usage − inactive file pages; CPU from `cpuacct` or
+//! `cpu.stat`; RSS is anonymous memory on v2).
+
+use super::{flat_keyed, read, read_u64, Layout, UNLIMITED};
+use std::path::Path;
+
+/// CPU figures, in ns.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Cpu {
+    pub usage_ns: u64,
+    pub user_ns: Option<u64>,
+    pub system_ns: Option<u64>,
+    pub periods: Option<u64>,
+    pub throttled_periods: Option<u64>,
+    pub throttled_ns: Option<u64>,
+}
+
+/// Memory figures, in bytes (faults are counts).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Memory {
+    pub usage: u64,
+    /// None when unlimited.
+    pub limit: Option<u64>,
+    /// usage − inactive file pages (the kubelet's working set).
+    pub working_set: u64,
+    pub rss: u64,
+    pub cache: u64,
+    pub mapped_file: u64,
+    pub active_file: u64,
+    pub inactive_file: u64,
+    pub page_faults: u64,
+    pub major_page_faults: u64,
+    pub max_usage: Option<u64>,
+    pub failcnt: Option<u64>,
+    pub swap: Option<u64>,
+    pub oom_kills: Option<u64>,
+}
+
+/// What a cgroup reports, read at `timestamp` (ns since the epoch).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Usage {
+    pub timestamp: i64,
+    pub cpu: Option<Cpu>,
+    pub memory: Option<Memory>,
+    pub pids: Option<u64>,
+    /// Pressure stall totals (v2 with PSI only).
+    pub pressure: Option<Pressure>,
+}
+
+/// Pressure stall information: microseconds during which some task
+/// (`some`) or every task (`full`) of the cgroup waited, per resource
+/// (`<resource>.pressure`'s `total=` fields).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Pressure {
+    pub cpu_some_us: u64,
+    pub cpu_full_us: u64,
+    pub memory_some_us: u64,
+    pub memory_full_us: u64,
+    pub io_some_us: u64,
+    pub io_full_us: u64,
+}
+
+/// The `some` and `full` totals of a `*.pressure` file.
+fn psi_totals(text: &str) -> (u64, u64) {
+    let total = |kind: &str| {
+        text.lines()
+            .find(|l| l.starts_with(kind))
+            .and_then(|l| l.split_whitespace().find_map(|f| f.strip_prefix("total=")))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    (total("some "), total("full "))
+}
+
+fn v2_pressure(dir: &Path) -> Option<Pressure> {
+    let (cpu_some_us, cpu_full_us) = psi_totals(&read(dir, "cpu.pressure")?);
+    let (memory_some_us, memory_full_us) =
+        psi_totals(&read(dir, "memory.pressure").unwrap_or_default());
+    let (io_some_us, io_full_us) = psi_totals(&read(dir, "io.pressure").unwrap_or_default());
+    Some(Pressure {
+        cpu_some_us,
+        cpu_full_us,
+        memory_some_us,
+        memory_full_us,
+        io_some_us,
+        io_full_us,
+    })
+}
+
+/// Reads the cgroup at `cgroups_path`; None when it does not exist.
+pub fn usage(layout: &Layout, cgroups_path: &str) -> Option<Usage> {
+    let timestamp = crate::image::manager::now_ns();
+    let u = match layout {
+        Layout::V1(_) => Usage {
+            timestamp,
+            cpu: v1_cpu(layout, cgroups_path),
+            memory: layout
+                .dir("memory", cgroups_path)
+                .and_then(|d| v1_memory(&d)),
+            pids: layout
+                .dir("pids", cgroups_path)
+                .and_then(|d| read_u64(&d, "pids.current")),
+            pressure: None,
+        },
+        Layout::V2(_) => {
+            let dir = layout.dir("", cgroups_path)?;
+            Usage {
+                timestamp,
+                cpu: v2_cpu(&dir),
+                memory: v2_memory(&dir),
+                pids: read_u64(&dir, "pids.current"),
+                pressure: v2_pressure(&dir),
+            }
+        }
+    };
+    (u.cpu.is_some() || u.memory.is_some() || u.pids.is_some()).then_some(u)
+}
+
+fn v1_cpu(layout: &Layout, path: &str) -> Option<Cpu> {
+    let acct = layout.dir("cpuacct", path)?;
+    let usage_ns = read_u64(&acct, "cpuacct.usage")?;
+    let mut c = Cpu {
+        usage_ns,
+        user_ns: read_u64(&acct, "cpuacct.usage_user"),
+        system_ns: read_u64(&acct, "cpuacct.usage_sys"),
+        ..Default::default()
+    };
+    if let Some(stat) = layout.dir("cpu", path).and_then(|d| read(&d, "cpu.stat")) {
+        let s = flat_keyed(&stat);
+        c.periods = s.get("nr_periods").copied();
+        c.throttled_periods = s.get("nr_throttled").copied();
+        c.throttled_ns = s.get("throttled_time").copied();
+    }
+    Some(c)
+}
+
+fn v1_memory(dir: &Path) -> Option<Memory> {
+    let usage = read_u64(dir, "memory.usage_in_bytes")?;
+    let stat = read(dir, "memory.stat").unwrap_or_default();
+    let s = flat_keyed(&stat);
+    let get = |k: &str| s.get(k).copied().unwrap_or(0);
+    let inactive_file = get("total_inactive_file");
+    Some(Memory {
+        usage,
+        limit: read_u64(dir, "memory.limit_in_bytes").filter(|l| *l < UNLIMITED),
+        working_set: usage.saturating_sub(inactive_file),
+        rss: get("total_rss"),
+        cache: get("total_cache"),
+        mapped_file: get("total_mapped_file"),
+        active_file: get("total_active_file"),
+        inactive_file,
+        page_faults: get("total_pgfault"),
+        major_page_faults: get("total_pgmajfault"),
+        max_usage: read_u64(dir, "memory.max_usage_in_bytes"),
+        failcnt: read_u64(dir, "memory.failcnt"),
+        swap: s.get("total_swap").copied(),
+        oom_kills: read(dir, "memory.oom_control")
+            .and_then(|t| flat_keyed(&t).get("oom_kill").copied()),
+    })
+}
+
+fn v2_cpu(dir: &Path) -> Option<Cpu> {
+    let stat = read(dir, "cpu.stat")?;
+    let s = flat_keyed(&stat);
+    let us = |k: &str| s.get(k).map(|v| v * 1000);
+    Some(Cpu {
+        usage_ns: us("usage_usec")?,
+        user_ns: us("user_usec"),
+        system_ns: us("system_usec"),
+        periods: s.get("nr_periods").copied(),
+        throttled_periods: s.get("nr_throttled").copied(),
+        throttled_ns: us("throttled_usec"),
+    })
+}
+
+fn v2_memory(dir: &Path) -> Option<Memory> {
+    let usage = read_u64(dir, "memory.current")?;
+    let stat = read(dir, "memory.stat").unwrap_or_default();
+    let s = flat_keyed(&stat);
+    let get = |k: &str| s.get(k).copied().unwrap_or(0);
+    let inactive_file = get("inactive_file");
+    Some(Memory {
+        usage,
+        limit: read_u64(dir, "memory.max").filter(|l| *l < UNLIMITED),
+        working_set: usage.saturating_sub(inactive_file),
+        // cAdvisor's RSS on v2: anonymous memory.
+        rss: get("anon"),
+        cache: get("file"),
+        mapped_file: get("file_mapped"),
+        active_file: get("active_file"),
+        inactive_file,
+        page_faults: get("pgfault"),
+        major_page_faults: get("pgmajfault"),
+        max_usage: read_u64(dir, "memory.peak"),
+        failcnt: None,
+        swap: read_u64(dir, "memory.swap.current"),
+        oom_kills: read(dir, "memory.events").and_then(|t| flat_keyed(&t).get("oom_kill").copied()),
+    })
+}
+
+fn add_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(x + y),
+        (x, None) => x,
+        (None, y) => y,
+    }
+}
+
+impl Usage {
+    /// Adds another cgroup's figures (a pod = its pause plus containers).
+    /// Limits do not add up; the pod keeps none.
+    pub fn add(&mut self, o: &Usage) {
+        self.timestamp = self.timestamp.max(o.timestamp);
+        self.pids = add_opt(self.pids, o.pids);
+        // Stall times of cgroups overlap: they do not add up.
+        self.pressure = None;
+        self.cpu = match (self.cpu, o.cpu) {
+            (Some(a), Some(b)) => Some(Cpu {
+                usage_ns: a.usage_ns + b.usage_ns,
+                user_ns: add_opt(a.user_ns, b.user_ns),
+                system_ns: add_opt(a.system_ns, b.system_ns),
+                periods: add_opt(a.periods, b.periods),
+                throttled_periods: add_opt(a.throttled_periods, b.throttled_periods),
+                throttled_ns: add_opt(a.throttled_ns, b.throttled_ns),
+            }),
+            (a, b) => a.or(b),
+        };
+        self.memory = match (self.memory, o.memory) {
+            (Some(a), Some(b)) => Some(Memory {
+                usage: a.usage + b.usage,
+                limit: None,
+                working_set: a.working_set + b.working_set,
+                rss: a.rss + b.rss,
+                cache: a.cache + b.cache,
+                mapped_file: a.mapped_file + b.mapped_file,
+                active_file: a.active_file + b.active_file,
+                inactive_file: a.inactive_file + b.inactive_file,
+                page_faults: a.page_faults + b.page_faults,
+                major_page_faults: a.major_page_faults + b.major_page_faults,
+                max_usage: None,
+                failcnt: add_opt(a.failcnt, b.failcnt),
+                swap: add_opt(a.swap, b.swap),
+                oom_kills: add_opt(a.oom_kills, b.oom_kills),
+            }),
+            (Some(a), None) => Some(Memory { limit: None, ..a }),
+            (None, Some(b)) => Some(Memory { limit: None, ..b }),
+            (None, None) => None,
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_v1_and_v2_files() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let w = |f: &str, s: &str| std::fs::write(d.path().join(f), s).expect("write");
+        w("memory.usage_in_bytes", "10000\n");
+        w("memory.limit_in_bytes", "9223372036854771712\n");
+        w(
+            "memory.stat",
+            "cache 1\ntotal_cache 300\ntotal_rss 7000\ntotal_inactive_file 2500\ntotal_pgfault 42\ntotal_pgmajfault 3\n",
+        );
+        let m = v1_memory(d.path()).expect("memory");
+        assert_eq!(m.working_set, 7500);
+        assert_eq!(
+            (m.rss, m.cache, m.page_faults, m.major_page_faults),
+            (7000, 300, 42, 3)
+        );
+        assert_eq!(m.limit, None);
+
+        w("memory.current", "4096\n");
+        w("memory.max", "8192\n");
+        w(
+            "memory.stat",
+            "anon 1024\nfile 2048\ninactive_file 5000\npgfault 9\npgmajfault 1\n",
+        );
+        w(
+            "cpu.stat",
+            "usage_usec 1500\nuser_usec 1000\nsystem_usec 500\nnr_periods 4\n",
+        );
+        let m = v2_memory(d.path()).expect("memory v2");
+        assert_eq!(
+            (m.usage, m.limit, m.working_set, m.rss),
+            (4096, Some(8192), 0, 1024)
+        );
+        let c = v2_cpu(d.path()).expect("cpu v2");
+        assert_eq!(
+            (c.usage_ns, c.user_ns, c.periods),
+            (1_500_000, Some(1_000_000), Some(4))
+        );
+    }
+
+    #[test]
+    fn pressure_totals_from_v2_files() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let w = |f: &str, s: &str| std::fs::write(d.path().join(f), s).expect("write");
+        w(
+            "cpu.pressure",
+            "some avg10=0.00 avg60=0.00 avg300=0.00 total=1500\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=700\n",
+        );
+        w(
+            "memory.pressure",
+            "some avg10=1.00 avg60=0.00 avg300=0.00 total=42\n",
+        );
+        let p = v2_pressure(d.path()).expect("pressure");
+        assert_eq!(
+            (
+                p.cpu_some_us,
+                p.cpu_full_us,
+                p.memory_some_us,
+                p.memory_full_us,
+                p.io_some_us
+            ),
+            (1500, 700, 42, 0, 0)
+        );
+        std::fs::remove_file(d.path().join("cpu.pressure")).expect("rm");
+        assert_eq!(v2_pressure(d.path()), None, "no PSI in this kernel");
+    }
+
+    #[test]
+    fn pod_usage_is_the_sum() {
+        let a = Usage {
+            timestamp: 1,
+            cpu: Some(Cpu {
+                usage_ns: 10,
+                ..Default::default()
+            }),
+            memory: Some(Memory {
+                usage: 100,
+                working_set: 80,
+                limit: Some(1000),
+                ..Default::default()
+            }),
+            pids: Some(1),
+            pressure: None,
+        };
+        let mut p = a.clone();
+        p.add(&a);
+        assert_eq!(p.cpu.map(|c| c.usage_ns), Some(20));
+        assert_eq!(
+            p.memory.map(|m| (m.usage, m.working_set, m.limit)),
+            Some((200, 160, None))
+        );
+        assert_eq!(p.pids, Some(2));
+    }
+}

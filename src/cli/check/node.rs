@@ -1,0 +1,169 @@
+//! The node's kernel side of `husk check`: the cgroup layout and each
+//! controller the kubelet may ask for (on v2, whether the root delegates
+//! it), seccomp, and AppArmor (and whether husk's default profile is
+//! loaded or can be).
+
+use super::{check, Check, Level};
+use crate::cgroup::Layout;
+
+/// The controllers the kubelet may ask for, whether each is required, and
+/// what husk does without it.
+pub(super) const CONTROLLERS: [(&str, bool, &str); 7] = [
+    ("cpu", true, "CPU shares and quotas cannot be set"),
+    (
+        "memory",
+        true,
+        "memory limits and OOM reporting cannot work",
+    ),
+    ("pids", false, "pod PID limits are not enforced"),
+    ("cpuset", false, "cpuset limits are skipped (logged once)"),
+    (
+        "hugetlb",
+        false,
+        "hugepage limits are skipped (logged once), as runc does",
+    ),
+    (
+        "devices",
+        false,
+        "device rules are not enforced by a cgroup",
+    ),
+    ("freezer", false, "containers cannot be frozen"),
+];
+
+pub(super) fn cgroups(layout: &Layout) -> Vec<Check> {
+    let mut out = vec![check(
+        "cgroups",
+        Level::Ok,
+        if layout.is_v2() {
+            "cgroup v2 (unified)"
+        } else {
+            "cgroup v1 (each controller mounted on its own)"
+        },
+        "",
+    )];
+    for (name, required, without) in CONTROLLERS {
+        // v2 has no devices or freezer controllers: eBPF and cgroup.freeze
+        // take their place.
+        if layout.is_v2() && matches!(name, "devices" | "freezer") {
+            continue;
+        }
+        let label = format!("cgroup {name}");
+        out.push(if layout.has(name) {
+            check(&label, Level::Ok, present(layout, name), "")
+        } else if required {
+            check(
+                &label,
+                Level::Fail,
+                format!("missing: {without}"),
+                format!("enable the {name} controller (kernel config or cgroup_enable={name})"),
+            )
+        } else {
+            check(
+                &label,
+                Level::Warn,
+                format!("missing: {without}"),
+                format!("enable the {name} controller to have them enforced"),
+            )
+        });
+    }
+    out
+}
+
+pub(super) fn seccomp() -> Check {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    if status.lines().any(|l| l.starts_with("Seccomp:")) {
+        check(
+            "seccomp",
+            Level::Ok,
+            "the kernel filters syscalls (RuntimeDefault works)",
+            "",
+        )
+    } else {
+        check(
+            "seccomp",
+            Level::Warn,
+            "the kernel has no seccomp: RuntimeDefault and Localhost profiles fail",
+            "run a kernel built with CONFIG_SECCOMP_FILTER",
+        )
+    }
+}
+
+/// "present", and on v2 whether the root delegates it to the cgroups
+/// below (`cgroup.subtree_control`); husk enables it on the way down when
+/// it does not, and a parent with processes of its own would refuse.
+fn present(layout: &Layout, name: &str) -> String {
+    match layout {
+        Layout::V2(root) => {
+            let delegated = crate::cgroup::v2_controllers(root)
+                .iter()
+                .any(|c| c.name == name && c.delegated);
+            if delegated {
+                "present, delegated by the root (cgroup.subtree_control)".into()
+            } else {
+                "present; not yet in the root's cgroup.subtree_control (husk enables it for pods)"
+                    .into()
+            }
+        }
+        Layout::V1(_) => "present".into(),
+    }
+}
+
+pub(super) fn apparmor() -> Check {
+    use crate::security::apparmor::{Host, Kernel, DEFAULT_PROFILE};
+    if crate::security::apparmor::host().is_none() {
+        return check(
+            "AppArmor",
+            Level::Ok,
+            "not in this kernel: AppArmor requests are ignored with a warning",
+            "",
+        );
+    }
+    if Kernel.loaded().iter().any(|p| p == DEFAULT_PROFILE) {
+        return check(
+            "AppArmor",
+            Level::Ok,
+            format!(
+                "enabled: Localhost profiles apply; RuntimeDefault is {DEFAULT_PROFILE} (loaded)"
+            ),
+            "",
+        );
+    }
+    let parser = std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("apparmor_parser").is_file()));
+    if parser {
+        check(
+            "AppArmor",
+            Level::Ok,
+            format!("enabled: Localhost profiles apply; RuntimeDefault loads {DEFAULT_PROFILE} with apparmor_parser at first use"),
+            "",
+        )
+    } else {
+        check(
+            "AppArmor",
+            Level::Warn,
+            "enabled, but apparmor_parser is missing: RuntimeDefault containers fail",
+            "install Debian's apparmor package",
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::worst;
+    use super::*;
+
+    #[test]
+    fn a_hybrid_host_without_hugetlb_warns_and_without_memory_fails() {
+        let l = Layout::from_mountinfo(
+            "32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct
+35 31 0:32 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory",
+        );
+        let c = cgroups(&l);
+        let get = |n: &str| c.iter().find(|x| x.check == n).expect(n).status;
+        assert_eq!(get("cgroup cpu"), Level::Ok);
+        assert_eq!(get("cgroup hugetlb"), Level::Warn);
+        assert_eq!(worst(&c), Level::Warn);
+        let l = Layout::from_mountinfo("32 31 0:29 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu");
+        assert_eq!(worst(&cgroups(&l)), Level::Fail);
+    }
+}

@@ -1,0 +1,191 @@
+//! husk on a cgroup v2 node, proven in a VM the suite boots: Debian's
+//! stock kernel (6.1 on Debian 12) with `cgroup_no_v1=all`, this machine's
+//! file system shared in (see `common/vm.rs`).
+//!
+//! The one host test, [`cgroup_v2_node`], boots the guest and runs this
+//! same test binary inside it with `--ignored guest_`: the guest tests
+//! below are ignored on the host (they need the guest's kernel) and run
+//! one after another in the guest, each against its own registry, husk
+//! serve and CNI network, as the host suite does:
+//!
+//! - `limits.rs`: a pod's limits read back from inside the container (its
+//!   own cgroup namespace and read-only cgroup2 mount) and outside; device
+//!   access through the eBPF program; updates; stats; bad input.
+//! - `oom.rs`: OOMKilled from `memory.events`, for the container's own
+//!   limit, its pod's, and an exec.
+//! - `lifecycle.rs`: exec, attach and port-forward; kill -9 of husk serve
+//!   and recovery; nothing left after removal, cgroups included; stop
+//!   through `cgroup.kill`.
+//! - `kernel.rs`: `husk check`, AppArmor (husk's default profile, Localhost
+//!   profiles, an unloaded one), seccomp and mount propagation on this
+//!   kernel.
+#![allow(clippy::unwrap_used)]
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod kernel;
+mod lifecycle;
+mod limits;
+mod oom;
+
+use common::ctr::pod_config;
+use common::pod::Pod;
+use common::server::Husk;
+use husk::api::cri::*;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Guest tests, by name: the host test expects each to pass.
+const GUEST_TESTS: [&str; 4] = [
+    "kernel::guest_check_apparmor_seccomp_propagation",
+    "lifecycle::guest_exec_attach_port_forward_restart_and_cleanup",
+    "limits::guest_limits_devices_updates_and_stats",
+    "oom::guest_oom_kills_are_reported",
+];
+
+#[test]
+fn cgroup_v2_node() {
+    if !common::require_root() {
+        return;
+    }
+    let kernel = common::vm::kernel()
+        .expect("no kernel in /boot: make setup installs Debian's linux-image-amd64");
+    let dir = tempfile::Builder::new()
+        .prefix("node-vm-")
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .unwrap();
+    let exe = std::env::current_exe().unwrap();
+    // The guest's /tmp is a copy-on-write overlay, where an overlay upper
+    // dir cannot live: the tests get a tmpfs of their own.
+    let script = format!(
+        "mount -t tmpfs -o size=2g tmpfs /tmp && \
+         export TMPDIR=/tmp HUSK_NODE_VM=1 RUST_BACKTRACE=1 && cd /tmp && \
+         cat /proc/self/cgroup /proc/version && \
+         {} --ignored --test-threads=1 guest_",
+        exe.display()
+    );
+    let o = common::vm::run(
+        &kernel,
+        "cgroup_no_v1=all",
+        dir.path(),
+        &script,
+        Duration::from_secs(25 * 60),
+    );
+    let show = || {
+        format!(
+            "kernel {}\n--- guest output ---\n{}\n--- console (tail) ---\n{}",
+            kernel.display(),
+            o.output,
+            tail(&o.console, 60)
+        )
+    };
+    assert!(
+        o.output.contains("0::/\n"),
+        "the guest did not boot to the test:\n{}",
+        show()
+    );
+    assert_eq!(o.code, Some(0), "guest tests failed:\n{}", show());
+    for t in GUEST_TESTS {
+        assert!(
+            o.output.contains(&format!("test {t} ... ok")),
+            "{t} did not pass in the guest:\n{}",
+            show()
+        );
+    }
+    println!("{}", show());
+}
+
+fn tail(s: &str, lines: usize) -> String {
+    let v: Vec<&str> = s.lines().collect();
+    v[v.len().saturating_sub(lines)..].join("\n")
+}
+
+/// Guest tests start here: they must not run on the host by accident.
+fn guest() {
+    assert!(
+        common::vm::in_guest(),
+        "a guest test: it runs inside the node VM that cgroup_v2_node boots"
+    );
+    assert!(
+        Path::new("/sys/fs/cgroup/cgroup.controllers").exists(),
+        "the guest is not a cgroup v2 node"
+    );
+}
+
+/// A kubelet-style pod cgroup parent (`/kubepods/burstable/pod<uid>`),
+/// unique to the test.
+fn kubelet_parent(p: &mut Pod) -> String {
+    p.cgroup_parent = format!("kubepods/burstable/pod{:08x}", rand::random::<u32>());
+    format!("/{}", p.cgroup_parent)
+}
+
+/// The pod config of `name` under `parent`.
+fn pod_under(p: &Pod, name: &str, parent: &str) -> PodSandboxConfig {
+    let mut c = pod_config(p, name);
+    c.linux.as_mut().unwrap().cgroup_parent = parent.into();
+    c
+}
+
+/// The unified hierarchy's directory of `cgroups_path`.
+fn v2_dir(cgroups_path: &str) -> PathBuf {
+    Path::new("/sys/fs/cgroup").join(cgroups_path.trim_start_matches('/'))
+}
+
+fn read(p: &Path) -> String {
+    std::fs::read_to_string(p)
+        .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+        .trim()
+        .to_string()
+}
+
+/// ExecSync `sh -c script`: (exit code, stdout, stderr).
+async fn sh(h: &Husk, id: &str, script: &str) -> (i32, String, String) {
+    let r = h
+        .runtime()
+        .await
+        .exec_sync(ExecSyncRequest {
+            container_id: id.into(),
+            cmd: vec!["/bin/sh".into(), "-c".into(), script.into()],
+            timeout: 120,
+        })
+        .await
+        .unwrap_or_else(|e| panic!("exec {script:?} in {id}: {e:?}"))
+        .into_inner();
+    (
+        r.exit_code,
+        String::from_utf8_lossy(&r.stdout).trim().to_string(),
+        String::from_utf8_lossy(&r.stderr).trim().to_string(),
+    )
+}
+
+/// ExecSync that must succeed; its stdout.
+async fn out(h: &Husk, id: &str, script: &str) -> String {
+    let (code, o, e) = sh(h, id, script).await;
+    assert_eq!(code, 0, "{script:?} in {id}: {o}\n{e}");
+    o
+}
+
+/// Child cgroups of `dir` (none when it does not exist).
+fn child_cgroups(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .filter(|e| e.file_type().map(|t| t.is_dir()).unwrap_or(false))
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Removes `/kubepods/...` parents made for a test, deepest first, as the
+/// kubelet removes a pod's cgroup (only empty ones go).
+fn remove_parent(parent: &str) {
+    let mut d = v2_dir(parent);
+    while d != Path::new("/sys/fs/cgroup") {
+        common::pod::remove_cgroup_tree(&d);
+        if !d.pop() || !child_cgroups(&d).is_empty() {
+            break;
+        }
+    }
+}
