@@ -238,7 +238,7 @@ fn apply_v1(
 pub fn shares_to_weight(shares: u64) -> u64 {
     match shares {
         0 => 0,
-        0..=2 => 1,
+        1..=2 => 1,
         262_144.. => 10_000,
         s => {
             let l = (s as f64).log2();

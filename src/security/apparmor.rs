@@ -201,7 +201,7 @@ pub fn profile(
             "apparmor: a Localhost profile needs a profile name".into(),
         )),
         Request::Named(n) => {
-            if host.loaded().iter().any(|l| *l == n) {
+            if host.loaded().contains(&n) {
                 Ok(Some(n))
             } else {
                 Err(ProfileError(format!(

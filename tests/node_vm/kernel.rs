@@ -218,7 +218,7 @@ async fn guest_check_apparmor_seccomp_propagation() {
     common::ctr::start(&p.h, &id).await;
     mount_bind_recursive(&flag, src.join("from-host")).unwrap();
     assert_eq!(out(&p.h, &id, "ls /mnt/from-host").await, "flagFile");
-    let _ = unmount(&src.join("from-host"), UnmountFlags::DETACH);
+    let _ = unmount(src.join("from-host"), UnmountFlags::DETACH);
     let _ = unmount(&src, UnmountFlags::DETACH);
 
     common::pod::remove_listed(&p).await;
