@@ -143,7 +143,7 @@ async fn hugepage_limits_without_hugetlb_and_seccomp_profiles() {
     let hugetlb = husk::cgroup::Layout::host().has("hugetlb");
     if !hugetlb {
         assert!(
-            p.h.log().contains("no hugetlb cgroup controller"),
+            p.h.log().contains("hugetlb cgroup controller is not available"),
             "the skip is logged"
         );
     }
