@@ -17,7 +17,7 @@
 
 mod common;
 
-use common::ctr::{app_image, ccfg, create, create_start, pod_config, stop_remove_pod};
+use common::ctr::{app_image, ccfg, create, create_start, pod_config, security, stop_remove_pod};
 use common::pod::*;
 use husk::api::cri::*;
 
@@ -47,14 +47,6 @@ async fn create_err(
     c: ContainerConfig,
 ) -> tonic::Status {
     common::ctr::try_create(h, pod, pc, c).await.unwrap_err()
-}
-
-fn security(c: &mut ContainerConfig) -> &mut LinuxContainerSecurityContext {
-    c.linux
-        .as_mut()
-        .unwrap()
-        .security_context
-        .get_or_insert_with(Default::default)
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -143,7 +135,8 @@ async fn hugepage_limits_without_hugetlb_and_seccomp_profiles() {
     let hugetlb = husk::cgroup::Layout::host().has("hugetlb");
     if !hugetlb {
         assert!(
-            p.h.log().contains("hugetlb cgroup controller is not available"),
+            p.h.log()
+                .contains("hugetlb cgroup controller is not available"),
             "the skip is logged"
         );
     }

@@ -7,14 +7,14 @@
 
 mod common;
 
-use common::Buf;
+use common::stream::{attach_echo, stdio, wait_until};
 
 use common::ctr::{create_start, pod_config};
 use common::images::*;
 use common::pod::*;
 use common::server::Husk;
 use husk::api::cri::*;
-use husk::streaming::client::{self, ClientError, PortForwarder, Stdio, Tls, Transport};
+use husk::streaming::client::{self, ClientError, PortForwarder, Tls, Transport};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -57,24 +57,6 @@ async fn exec_url(h: &Husk, id: &str, cmd: &[&str], stdin: bool, tty: bool) -> S
         .unwrap()
         .into_inner()
         .url
-}
-
-fn stdio(
-    stdin: Option<Box<dyn tokio::io::AsyncRead + Send + Unpin>>,
-    tty: bool,
-) -> (Stdio, Buf, Buf) {
-    let (out, err) = (Buf::default(), Buf::default());
-    (
-        Stdio {
-            stdin,
-            stdout: Some(Box::new(out.clone())),
-            stderr: (!tty).then(|| Box::new(err.clone()) as Box<_>),
-            tty,
-            resize: None,
-        },
-        out,
-        err,
-    )
 }
 
 /// Processes in the container's cgroup (pids hierarchy, v1).
@@ -132,14 +114,6 @@ fn zombie_children(pid: i32) -> usize {
         }
     }
     n
-}
-
-async fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -470,44 +444,6 @@ async fn attach_to_a_printing_container_and_to_cat_with_stdin_once() {
     .await
     .unwrap();
     assert_eq!(leftovers(&p), Vec::<String>::new());
-}
-
-/// Attaches to `id` with stdin, stdout and stderr, writes `line`, waits for
-/// its echo, closes stdin; the session must then end within 20 s. Returns
-/// its exit code and everything it printed.
-async fn attach_echo(
-    rt: &mut husk::api::cri::runtime_service_client::RuntimeServiceClient<
-        tonic::transport::Channel,
-    >,
-    id: &str,
-    t: Transport,
-    line: &str,
-) -> (i32, String) {
-    let url = rt
-        .attach(AttachRequest {
-            container_id: id.into(),
-            stdin: true,
-            stdout: true,
-            stderr: true,
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .url;
-    let (stdin_r, mut stdin_w) = tokio::io::duplex(1024);
-    let (io, out, _) = stdio(Some(Box::new(stdin_r)), false);
-    let session =
-        tokio::spawn(async move { client::remotecommand(&url, t, &Tls::default(), io).await });
-    stdin_w.write_all(line.as_bytes()).await.unwrap();
-    wait_until("the echo", || out.text().contains(line)).await;
-    drop(stdin_w);
-    let code = tokio::time::timeout(Duration::from_secs(20), session)
-        .await
-        .expect("the attach ends with its stdin")
-        .unwrap()
-        .unwrap();
-    (code, out.text())
 }
 
 async fn http_get(pf: &PortForwarder, port: u16) -> Result<String, ClientError> {

@@ -59,6 +59,15 @@ pub fn ccfg(image: &str, name: &str, command: &[&str], args: &[&str]) -> Contain
     }
 }
 
+/// The container's security context, made if absent.
+pub fn security(c: &mut ContainerConfig) -> &mut LinuxContainerSecurityContext {
+    c.linux
+        .as_mut()
+        .unwrap()
+        .security_context
+        .get_or_insert_with(Default::default)
+}
+
 /// A container running `sh -c script` (the app image's entrypoint), with
 /// `labels`.
 pub fn shell(image: &str, name: &str, script: &str, labels: &[(&str, &str)]) -> ContainerConfig {

@@ -15,6 +15,7 @@ pub mod kubelet;
 pub mod pod;
 pub mod registry;
 pub mod server;
+pub mod stream;
 pub mod token_auth;
 pub mod vm;
 

@@ -3,7 +3,7 @@
 //! container.
 
 use super::*;
-use common::ctr::{app_image, ccfg, create, create_start, try_create};
+use common::ctr::{app_image, ccfg, create, create_start, security, try_create};
 use common::pod::{leftovers, run, setup};
 use husk::api::cri::security_profile::ProfileType;
 use std::process::Command;
@@ -21,7 +21,7 @@ profile husk-test-deny-tmp-write flags=(attach_disconnected) {
 ";
 
 fn apparmor_profile(c: &mut ContainerConfig, t: ProfileType, name: &str) {
-    let sc = c.linux.as_mut().unwrap().security_context.as_mut().unwrap();
+    let sc = security(c);
     sc.apparmor = Some(SecurityProfile {
         profile_type: t as i32,
         localhost_ref: name.into(),
@@ -86,13 +86,7 @@ async fn guest_check_apparmor_seccomp_propagation() {
         // Both hold CAP_SYS_ADMIN: only the profile keeps mount(2) away.
         let admin = |name: &str| {
             let mut c = ccfg(&image, name, &["sleep", "3600"], &[]);
-            c.linux
-                .as_mut()
-                .unwrap()
-                .security_context
-                .as_mut()
-                .unwrap()
-                .capabilities = Some(Capability {
+            security(&mut c).capabilities = Some(Capability {
                 add_capabilities: vec!["SYS_ADMIN".into()],
                 ..Default::default()
             });
@@ -141,13 +135,7 @@ async fn guest_check_apparmor_seccomp_propagation() {
         let mut c = ccfg(&image, "aa-deprecated", &["sleep", "3600"], &[]);
         #[allow(deprecated)]
         {
-            c.linux
-                .as_mut()
-                .unwrap()
-                .security_context
-                .as_mut()
-                .unwrap()
-                .apparmor_profile = "localhost/husk-test-deny-tmp-write".into();
+            security(&mut c).apparmor_profile = "localhost/husk-test-deny-tmp-write".into();
         }
         let id = create_start(&p.h, &pod, &pc, c).await;
         assert_ne!(sh(&p.h, &id, "touch /tmp/x").await.0, 0);
@@ -173,13 +161,7 @@ async fn guest_check_apparmor_seccomp_propagation() {
 
     // Seccomp RuntimeDefault on this kernel: forks work, unshare does not.
     let mut c = ccfg(&image, "seccomp", &["sleep", "3600"], &[]);
-    c.linux
-        .as_mut()
-        .unwrap()
-        .security_context
-        .as_mut()
-        .unwrap()
-        .seccomp = Some(SecurityProfile {
+    security(&mut c).seccomp = Some(SecurityProfile {
         profile_type: ProfileType::RuntimeDefault as i32,
         localhost_ref: String::new(),
     });

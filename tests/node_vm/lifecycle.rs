@@ -6,8 +6,8 @@
 use super::*;
 use common::ctr::{app_image, ccfg, container_status, create_start};
 use common::pod::{leftovers, run, setup};
-use common::Buf;
-use husk::streaming::client::{self, PortForwarder, Stdio, Tls, Transport};
+use common::stream::{attach_echo, stdio};
+use husk::streaming::client::{self, PortForwarder, Tls, Transport};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 async fn exec_stream(h: &Husk, id: &str, cmd: &[&str]) -> (i32, String) {
@@ -25,52 +25,11 @@ async fn exec_stream(h: &Husk, id: &str, cmd: &[&str]) -> (i32, String) {
         .unwrap()
         .into_inner()
         .url;
-    let o = Buf::default();
-    let io = Stdio {
-        stdin: None,
-        stdout: Some(Box::new(o.clone())),
-        stderr: Some(Box::new(Buf::default())),
-        tty: false,
-        resize: None,
-    };
+    let (io, o, _) = stdio(None, false);
     let code = client::remotecommand(&url, Transport::Spdy, &Tls::default(), io)
         .await
         .unwrap();
     (code, o.text())
-}
-
-async fn attach_echo(h: &Husk, id: &str, line: &str) -> String {
-    let url = h
-        .runtime()
-        .await
-        .attach(AttachRequest {
-            container_id: id.into(),
-            stdin: true,
-            stdout: true,
-            stderr: true,
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .url;
-    let (stdin_r, mut stdin_w) = tokio::io::duplex(1024);
-    let o = Buf::default();
-    let io = Stdio {
-        stdin: Some(Box::new(stdin_r)),
-        stdout: Some(Box::new(o.clone())),
-        stderr: Some(Box::new(Buf::default())),
-        tty: false,
-        resize: None,
-    };
-    let session = tokio::spawn(async move {
-        client::remotecommand(&url, Transport::WebSocket, &Tls::default(), io).await
-    });
-    stdin_w.write_all(line.as_bytes()).await.unwrap();
-    crate::wait_for!(60, "the echo", o.text().contains(line).then_some(()));
-    drop(stdin_w);
-    let _ = tokio::time::timeout(Duration::from_secs(60), session).await;
-    o.text()
 }
 
 async fn http_get(pf: &PortForwarder, port: u16) -> Option<String> {
@@ -122,9 +81,10 @@ async fn guest_exec_attach_port_forward_restart_and_cleanup() {
     let (code, text) =
         exec_stream(&p.h, &web, &["sh", "-c", "cat /proc/self/cgroup; exit 3"]).await;
     assert_eq!((code, text.trim()), (3, "0::/"));
-    assert!(attach_echo(&p.h, &cat, "echo-through-attach\n")
-        .await
-        .contains("echo-through-attach"));
+    let mut rt = p.h.runtime().await;
+    let (_, echoed) =
+        attach_echo(&mut rt, &cat, Transport::WebSocket, "echo-through-attach\n").await;
+    assert!(echoed.contains("echo-through-attach"));
     let url =
         p.h.runtime()
             .await

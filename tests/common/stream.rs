@@ -1,0 +1,74 @@
+//! Exec and attach sessions through husk's streaming client, for the
+//! streaming tests and the node VM's.
+
+use super::Buf;
+use husk::api::cri::AttachRequest;
+use husk::streaming::client::{self, Stdio, Tls, Transport};
+use std::time::{Duration, Instant};
+use tokio::io::AsyncWriteExt;
+
+/// Stdio with stdout (and stderr unless `tty`) captured.
+pub fn stdio(
+    stdin: Option<Box<dyn tokio::io::AsyncRead + Send + Unpin>>,
+    tty: bool,
+) -> (Stdio, Buf, Buf) {
+    let (out, err) = (Buf::default(), Buf::default());
+    (
+        Stdio {
+            stdin,
+            stdout: Some(Box::new(out.clone())),
+            stderr: (!tty).then(|| Box::new(err.clone()) as Box<_>),
+            tty,
+            resize: None,
+        },
+        out,
+        err,
+    )
+}
+
+/// Polls `f` every 50 ms for up to 60 s (a node VM is slow).
+pub async fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Attaches to `id` with stdin, stdout and stderr, writes `line`, waits for
+/// its echo, closes stdin; the session must then end within 60 s. Returns
+/// its exit code and everything it printed.
+pub async fn attach_echo(
+    rt: &mut husk::api::cri::runtime_service_client::RuntimeServiceClient<
+        tonic::transport::Channel,
+    >,
+    id: &str,
+    t: Transport,
+    line: &str,
+) -> (i32, String) {
+    let url = rt
+        .attach(AttachRequest {
+            container_id: id.into(),
+            stdin: true,
+            stdout: true,
+            stderr: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .url;
+    let (stdin_r, mut stdin_w) = tokio::io::duplex(1024);
+    let (io, out, _) = stdio(Some(Box::new(stdin_r)), false);
+    let session =
+        tokio::spawn(async move { client::remotecommand(&url, t, &Tls::default(), io).await });
+    stdin_w.write_all(line.as_bytes()).await.unwrap();
+    wait_until("the echo", || out.text().contains(line)).await;
+    drop(stdin_w);
+    let code = tokio::time::timeout(Duration::from_secs(60), session)
+        .await
+        .expect("the attach ends with its stdin")
+        .unwrap()
+        .unwrap();
+    (code, out.text())
+}
