@@ -49,7 +49,12 @@ command -v cargo >/dev/null || {
   exit 1
 }
 # virtme-ng boots the node VMs with this machine's file system shared in.
-command -v vng >/dev/null || python3 -m pip install -q virtme-ng
+if ! command -v vng >/dev/null; then
+  python3 -m pip install -q virtme-ng
+  # pyenv's Pythons reach PATH through shims made by a rehash.
+  if command -v pyenv >/dev/null; then pyenv rehash; fi
+  command -v vng >/dev/null || { echo "setup: virtme-ng installed but vng is not on PATH" >&2; exit 1; }
+fi
 # cargo fuzz (libFuzzer) for the fuzz targets in tests/fuzz.
 cargo fuzz --version >/dev/null 2>&1 || cargo install cargo-fuzz --locked
 exit 0
