@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::stream::{attach_echo, stdio, wait_until};
+use common::stream::{attach_echo, exec_url, stdio, wait_until};
 
 use common::ctr::{create_start, pod_config};
 use common::images::*;
@@ -40,23 +40,6 @@ async fn app_image(p: &Pod) -> String {
 
 fn ccfg(image: &str, name: &str, command: &[&str]) -> ContainerConfig {
     common::ctr::ccfg(image, name, command, &[])
-}
-
-async fn exec_url(h: &Husk, id: &str, cmd: &[&str], stdin: bool, tty: bool) -> String {
-    h.runtime()
-        .await
-        .exec(ExecRequest {
-            container_id: id.into(),
-            cmd: cmd.iter().map(|s| s.to_string()).collect(),
-            tty,
-            stdin,
-            stdout: true,
-            stderr: !tty,
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .url
 }
 
 /// Processes in the container's cgroup (pids hierarchy, v1).

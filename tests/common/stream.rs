@@ -2,10 +2,34 @@
 //! streaming tests and the node VM's.
 
 use super::Buf;
-use husk::api::cri::AttachRequest;
+use husk::api::cri::{AttachRequest, ExecRequest};
 use husk::streaming::client::{self, Stdio, Tls, Transport};
 use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt;
+
+/// The streaming URL of an Exec of `cmd` in `id` (stderr apart unless a tty).
+pub async fn exec_url(
+    h: &super::server::Husk,
+    id: &str,
+    cmd: &[&str],
+    stdin: bool,
+    tty: bool,
+) -> String {
+    h.runtime()
+        .await
+        .exec(ExecRequest {
+            container_id: id.into(),
+            cmd: cmd.iter().map(|s| s.to_string()).collect(),
+            tty,
+            stdin,
+            stdout: true,
+            stderr: !tty,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .url
+}
 
 /// Stdio with stdout (and stderr unless `tty`) captured.
 pub fn stdio(

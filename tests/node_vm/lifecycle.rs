@@ -6,25 +6,12 @@
 use super::*;
 use common::ctr::{app_image, ccfg, container_status, create_start};
 use common::pod::{leftovers, run, setup};
-use common::stream::{attach_echo, stdio};
+use common::stream::{attach_echo, exec_url, stdio};
 use husk::streaming::client::{self, PortForwarder, Tls, Transport};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 async fn exec_stream(h: &Husk, id: &str, cmd: &[&str]) -> (i32, String) {
-    let url = h
-        .runtime()
-        .await
-        .exec(ExecRequest {
-            container_id: id.into(),
-            cmd: cmd.iter().map(|s| s.to_string()).collect(),
-            stdout: true,
-            stderr: true,
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .url;
+    let url = exec_url(h, id, cmd, false, false).await;
     let (io, o, _) = stdio(None, false);
     let code = client::remotecommand(&url, Transport::Spdy, &Tls::default(), io)
         .await
