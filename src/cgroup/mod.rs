@@ -179,11 +179,21 @@ pub fn check_parent(driver: &str, parent: &str) -> Result<(), String> {
 /// the kernel counts them): `oom_kill` of `memory.events` on v2, of
 /// `memory.oom_control` on v1. None when the cgroup is gone.
 pub fn oom_kills(layout: &Layout, cgroups_path: &str) -> Option<u64> {
-    let (dir, file) = match layout {
-        Layout::V1(_) => (layout.dir("memory", cgroups_path)?, "memory.oom_control"),
-        Layout::V2(_) => (layout.dir("", cgroups_path)?, "memory.events"),
+    let dir = match layout {
+        Layout::V1(_) => layout.dir("memory", cgroups_path)?,
+        Layout::V2(_) => layout.dir("", cgroups_path)?,
     };
-    read(&dir, file).and_then(|t| flat_keyed(&t).get("oom_kill").copied())
+    oom_kills_in(&dir, layout.is_v2())
+}
+
+/// `oom_kill` of the memory cgroup directory `dir` (v2's or v1's file).
+pub(crate) fn oom_kills_in(dir: &Path, v2: bool) -> Option<u64> {
+    let file = if v2 {
+        "memory.events"
+    } else {
+        "memory.oom_control"
+    };
+    read(dir, file).and_then(|t| flat_keyed(&t).get("oom_kill").copied())
 }
 
 /// On v2, the controllers that cgroups under `parent` can use: those in
@@ -208,23 +218,13 @@ pub fn delegate(layout: &Layout, parent: &str) -> Option<Vec<String>> {
         .filter(|c| !c.is_empty() && *c != "." && *c != "..")
         .collect();
     for part in parts {
-        let have = read(&dir, "cgroup.subtree_control").unwrap_or_default();
-        for c in &wanted {
-            if !have.split_whitespace().any(|h| h == c) {
-                let _ = std::fs::write(dir.join("cgroup.subtree_control"), format!("+{c}"));
-            }
-        }
+        enable(&dir, &wanted);
         dir.push(part);
         if std::fs::create_dir(&dir).is_err() && !dir.is_dir() {
             return Some(Vec::new());
         }
     }
-    let have = read(&dir, "cgroup.subtree_control").unwrap_or_default();
-    for c in &wanted {
-        if !have.split_whitespace().any(|h| h == c) {
-            let _ = std::fs::write(dir.join("cgroup.subtree_control"), format!("+{c}"));
-        }
-    }
+    enable(&dir, &wanted);
     Some(
         read(&dir, "cgroup.subtree_control")
             .unwrap_or_default()
@@ -232,6 +232,18 @@ pub fn delegate(layout: &Layout, parent: &str) -> Option<Vec<String>> {
             .map(str::to_string)
             .collect(),
     )
+}
+
+/// Enables each of `controllers` not yet in `dir`'s
+/// `cgroup.subtree_control` (one write each: the kernel refuses a whole
+/// line if one controller in it cannot be enabled).
+fn enable(dir: &Path, controllers: &[String]) {
+    let have = read(dir, "cgroup.subtree_control").unwrap_or_default();
+    for c in controllers {
+        if !have.split_whitespace().any(|h| h == c) {
+            let _ = std::fs::write(dir.join("cgroup.subtree_control"), format!("+{c}"));
+        }
+    }
 }
 
 /// A v2 controller as `husk check` reports it.

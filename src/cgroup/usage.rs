@@ -156,8 +156,7 @@ fn v1_memory(dir: &Path) -> Option<Memory> {
         max_usage: read_u64(dir, "memory.max_usage_in_bytes"),
         failcnt: read_u64(dir, "memory.failcnt"),
         swap: s.get("total_swap").copied(),
-        oom_kills: read(dir, "memory.oom_control")
-            .and_then(|t| flat_keyed(&t).get("oom_kill").copied()),
+        oom_kills: super::oom_kills_in(dir, false),
     })
 }
 
@@ -196,7 +195,7 @@ fn v2_memory(dir: &Path) -> Option<Memory> {
         max_usage: read_u64(dir, "memory.peak"),
         failcnt: None,
         swap: read_u64(dir, "memory.swap.current"),
-        oom_kills: read(dir, "memory.events").and_then(|t| flat_keyed(&t).get("oom_kill").copied()),
+        oom_kills: super::oom_kills_in(dir, true),
     })
 }
 

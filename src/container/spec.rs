@@ -277,15 +277,13 @@ pub fn build(
         .as_ref()
         .and_then(|l| l.security_context.clone())
         .unwrap_or_default();
-    // Limits of controllers the pods here lack are already pruned
-    // (`cgroup::prune_unsupported`, by the manager).
+    // Resources are already validated, and limits of controllers the pods
+    // here lack pruned (`cgroup::prune_unsupported`), by the manager.
     let res = c
         .linux
         .as_ref()
         .and_then(|l| l.resources.clone())
         .unwrap_or_default();
-    crate::cgroup::resources::validate(&res, crate::cgroup::Layout::host())
-        .map_err(|e| SpecError(format!("resources: {e}")))?;
     let caps = capabilities(
         sc.capabilities
             .as_ref()
