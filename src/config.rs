@@ -87,7 +87,7 @@ pub struct CniConfig {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct CgroupConfig {
-    /// cgroupfs (systemd is not supported on nodes without systemd).
+    /// "auto", "systemd" or "cgroupfs" (`cgroup::Driver`).
     pub driver: String,
 }
 
@@ -131,7 +131,7 @@ impl Default for CniConfig {
 impl Default for CgroupConfig {
     fn default() -> Self {
         CgroupConfig {
-            driver: "cgroupfs".into(),
+            driver: "auto".into(),
         }
     }
 }
@@ -246,9 +246,9 @@ impl Config {
                 "streaming.token_ttl_secs: must be at least 1".into(),
             ));
         }
-        if self.cgroup.driver != "cgroupfs" {
+        if !["auto", "systemd", "cgroupfs"].contains(&self.cgroup.driver.as_str()) {
             return Err(ConfigError(format!(
-                "cgroup.driver: {:?} is not supported (only \"cgroupfs\")",
+                "cgroup.driver: {:?} is not one of \"auto\", \"systemd\", \"cgroupfs\"",
                 self.cgroup.driver
             )));
         }
@@ -304,7 +304,10 @@ bin_dirs = [{bins}]
 plugin_timeout_secs = {cni_timeout}
 
 [cgroup]
-# Only "cgroupfs" (nodes without systemd).
+# Who makes the pods' cgroups; must match the kubelet's cgroupDriver.
+# "systemd": transient scopes in the kubelet's slices, made over D-Bus
+# (cgroup v2 with systemd as PID 1). "cgroupfs": directories husk makes.
+# "auto": systemd where systemd is PID 1 on cgroup v2, cgroupfs elsewhere.
 driver = {driver:?}
 
 [streaming]

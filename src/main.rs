@@ -49,6 +49,10 @@ struct ServeFlags {
     /// The pause image [default: registry.k8s.io/pause:3.10].
     #[arg(long)]
     sandbox_image: Option<String>,
+    /// auto|systemd|cgroupfs: who makes pod cgroups; must match the
+    /// kubelet's cgroupDriver [default: auto].
+    #[arg(long)]
+    cgroup_driver: Option<String>,
     /// trace|debug|info|warn|error [default: info]
     #[arg(long)]
     log_level: Option<String>,
@@ -298,6 +302,9 @@ fn load_config(f: &ServeFlags) -> Result<Config, husk::config::ConfigError> {
     }
     if let Some(v) = &f.sandbox_image {
         c.sandbox_image = v.clone();
+    }
+    if let Some(v) = &f.cgroup_driver {
+        c.cgroup.driver = v.clone();
     }
     if let Some(v) = &f.log_level {
         c.log_level = v.clone();

@@ -65,11 +65,16 @@ pub fn kill_all(layout: &Layout, cgroups_path: &str) -> usize {
 /// what is left in it (a half-made container whose runtime state was never
 /// written). Missing directories are fine; returns how many were removed.
 pub fn remove(layout: &Layout, cgroups_path: &str) -> usize {
-    let rel = cgroups_path.trim_start_matches('/');
+    let path = super::driver::fs_path(cgroups_path);
+    let rel = path.trim_start_matches('/');
     if rel.is_empty() {
         return 0;
     }
     kill_all(layout, cgroups_path);
+    // A systemd scope goes with its unit (stopping one kills what is left).
+    if let Err(e) = super::systemd::stop_unit(cgroups_path) {
+        tracing::warn!(cgroups_path, error = %e, "stop the container's scope");
+    }
     let mut roots: Vec<&PathBuf> = match layout {
         Layout::V1(m) => m.values().collect(),
         Layout::V2(root) => vec![root],

@@ -14,15 +14,19 @@
 //! Reading never fails: a missing file (an exited container whose cgroup is
 //! gone, a controller not mounted) leaves that figure unset.
 //!
-//! With the cgroupfs driver a `cgroup_parent` is an absolute path in the
-//! hierarchy (`/kubepods/burstable/pod<uid>`); [`check_parent`] refuses the
-//! systemd driver's slice names and relative paths before anything is made.
+//! Who makes the cgroups, and what a `cgroup_parent` may be, is the
+//! driver's (`driver.rs`: cgroupfs or systemd; `systemd.rs` speaks to
+//! systemd). Every path here is an OCI cgroups path, either form: a
+//! systemd one (`slice:husk:id`) is read at the scope systemd made for it.
 
+pub mod driver;
 mod kill;
 pub mod resources;
+pub mod systemd;
 mod usage;
 mod validate;
 
+pub use driver::Driver;
 pub use kill::{kill_all, remove};
 pub use usage::{usage, Cpu, Memory, Usage};
 
@@ -112,7 +116,8 @@ impl Layout {
     /// The directory of `cgroups_path` for `controller` (v1), or in the
     /// unified hierarchy (v2, where `controller` is ignored).
     pub fn dir(&self, controller: &str, cgroups_path: &str) -> Option<PathBuf> {
-        let rel = cgroups_path.trim_start_matches('/');
+        let path = driver::fs_path(cgroups_path);
+        let rel = path.trim_start_matches('/');
         match self {
             Layout::V1(m) => m.get(controller).map(|root| root.join(rel)),
             Layout::V2(root) => Some(root.join(rel)),
@@ -140,39 +145,6 @@ pub(crate) fn flat_keyed(text: &str) -> HashMap<&str, u64> {
             Some((k, v.trim().parse().ok()?))
         })
         .collect()
-}
-
-/// Refuses a `cgroup_parent` that the cgroupfs driver cannot use: a
-/// systemd slice name (`kubepods-burstable.slice`, containerd's
-/// `slice:prefix:name` form) or a relative path, which would otherwise make
-/// a directory outside the pod cgroup the kubelet made. Empty is husk's
-/// default parent.
-pub fn check_parent(driver: &str, parent: &str) -> Result<(), String> {
-    if parent.is_empty() {
-        return Ok(());
-    }
-    let slice = parent.contains(':')
-        || parent
-            .trim_end_matches('/')
-            .rsplit('/')
-            .next()
-            .is_some_and(|last| last.ends_with(".slice"));
-    if slice {
-        return Err(format!(
-            "cgroup_parent {parent:?} is a systemd slice, but the cgroup driver is {driver:?}: give the kubelet cgroupDriver: cgroupfs, or an absolute cgroup path"
-        ));
-    }
-    if !parent.starts_with('/') {
-        return Err(format!(
-            "cgroup_parent {parent:?} is relative; the {driver:?} cgroup driver needs an absolute path such as /kubepods/burstable/pod<uid>"
-        ));
-    }
-    if parent.split('/').any(|c| c == ".." || c == ".") {
-        return Err(format!(
-            "cgroup_parent {parent:?} may not contain . or .. components (cgroup driver {driver:?})"
-        ));
-    }
-    Ok(())
 }
 
 /// OOM kills counted in the cgroup at `cgroups_path` (its subtree's, as
@@ -246,6 +218,30 @@ fn enable(dir: &Path, controllers: &[String]) {
     }
 }
 
+/// The controllers a scope under the slice at `parent` gets: those
+/// systemd enables for its units, and any the slice (made by a kubelet
+/// that enables every controller) already passes down.
+fn systemd_reachable(layout: &Layout, parent: &str) -> Option<Vec<String>> {
+    let Layout::V2(root) = layout else {
+        return None;
+    };
+    let slice = read(
+        &root.join(parent.trim_start_matches('/')),
+        "cgroup.subtree_control",
+    )
+    .unwrap_or_default();
+    Some(
+        read(root, "cgroup.controllers")
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter(|c| {
+                systemd::ENABLED_BY_SYSTEMD.contains(c) || slice.split_whitespace().any(|s| s == *c)
+            })
+            .map(str::to_string)
+            .collect(),
+    )
+}
+
 /// A v2 controller as `husk check` reports it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Controller {
@@ -272,14 +268,21 @@ pub fn v2_controllers(root: &Path) -> Vec<Controller> {
 /// runc and containerd do (the kubelet sends hugepage limits for every page
 /// size the node has, whether or not the hugetlb controller exists). Each
 /// controller skipped is logged once per process; the names are returned.
-/// On v2 a controller counts when the pod's parent delegates it to its
-/// children ([`delegate`]).
+/// On v2 a controller counts when the parent of the container at
+/// `cgroups_path` delegates it to its children ([`delegate`]); under
+/// systemd, when systemd enables it for scopes or the pod's slice already
+/// has it.
 pub fn prune_unsupported(
     layout: &Layout,
-    parent: &str,
+    cgroups_path: &str,
     res: &mut crate::api::cri::LinuxContainerResources,
 ) -> Vec<&'static str> {
-    let delegated = delegate(layout, parent);
+    let parent = driver::parent_fs_path(cgroups_path);
+    let delegated = if driver::unit_of(cgroups_path).is_some() {
+        systemd_reachable(layout, &parent)
+    } else {
+        delegate(layout, &parent)
+    };
     let has = |c: &str| match &delegated {
         Some(d) => d.iter().any(|x| x == c),
         None => layout.has(c),
@@ -357,27 +360,10 @@ mod tests {
             }],
             ..Default::default()
         };
-        assert_eq!(prune_unsupported(&l, "/p", &mut r), ["hugetlb", "cpuset"]);
+        assert_eq!(prune_unsupported(&l, "/p/c", &mut r), ["hugetlb", "cpuset"]);
         assert!(r.hugepage_limits.is_empty() && r.cpuset_cpus.is_empty());
         assert_eq!((r.cpu_shares, r.memory_limit_in_bytes), (2, 1 << 20));
-        assert!(prune_unsupported(&l, "/p", &mut r).is_empty());
-    }
-
-    #[test]
-    fn cgroupfs_parents_are_absolute_paths_not_slices() {
-        for ok in ["", "/kubepods/burstable/pod1", "/husk"] {
-            assert!(check_parent("cgroupfs", ok).is_ok(), "{ok}");
-        }
-        for (bad, why) in [
-            ("kubepods-burstable-pod1.slice", "systemd slice"),
-            ("/kubepods.slice/kubepods-burstable.slice", "systemd slice"),
-            ("system.slice:husk:pod1", "systemd slice"),
-            ("kubepods/pod1", "relative"),
-            ("/kubepods/../etc", ". or .."),
-        ] {
-            let e = check_parent("cgroupfs", bad).expect_err(bad);
-            assert!(e.contains(why) && e.contains("cgroupfs"), "{bad}: {e}");
-        }
+        assert!(prune_unsupported(&l, "/p/c", &mut r).is_empty());
     }
 
     #[test]

@@ -31,6 +31,8 @@ pub enum ResourceError {
     NoCgroup { path: PathBuf },
     #[error("memory limit {limit} bytes is below the container's working set of {working_set} bytes: the kernel would OOM-kill it")]
     BelowUsage { limit: u64, working_set: u64 },
+    #[error("{0}")]
+    Systemd(String),
     #[error("write {value:?} to {path}: {source}")]
     Write {
         path: PathBuf,
@@ -55,6 +57,8 @@ impl ResourceError {
                 Kind::FailedPrecondition
             }
             ResourceError::Write { .. } => Kind::Internal,
+            // systemd refused the properties, or is not reachable.
+            ResourceError::Systemd(_) => Kind::Internal,
         }
     }
 }
@@ -248,6 +252,29 @@ pub fn shares_to_weight(shares: u64) -> u64 {
     }
 }
 
+/// v1 refuses a memory limit below what it cannot reclaim (EBUSY); v2
+/// takes it and OOM-kills the container instead. An update is not a kill:
+/// below the working set (usage less inactive file pages) it is refused
+/// on v2 as v1 refuses it.
+pub fn check_memory_limit(
+    layout: &Layout,
+    path: &str,
+    r: &LinuxContainerResources,
+) -> Result<(), ResourceError> {
+    if r.memory_limit_in_bytes <= 0 || !layout.is_v2() {
+        return Ok(());
+    }
+    if let Some(m) = super::usage(layout, path).and_then(|u| u.memory) {
+        if (r.memory_limit_in_bytes as u64) < m.working_set {
+            return Err(ResourceError::BelowUsage {
+                limit: r.memory_limit_in_bytes as u64,
+                working_set: m.working_set,
+            });
+        }
+    }
+    Ok(())
+}
+
 fn apply_v2(
     w: &mut Writes,
     layout: &Layout,
@@ -286,18 +313,7 @@ fn apply_v2(
         w.write(d.join("cpuset.mems"), r.cpuset_mems.clone())?;
     }
     if r.memory_limit_in_bytes != 0 {
-        // v1 refuses a limit below what it cannot reclaim (EBUSY); v2
-        // takes it and OOM-kills the container instead. An update is not a
-        // kill: below the working set (usage less inactive file pages) it
-        // is refused as v1 refuses it.
-        if let Some(m) = super::usage(layout, path).and_then(|u| u.memory) {
-            if (r.memory_limit_in_bytes as u64) < m.working_set {
-                return Err(ResourceError::BelowUsage {
-                    limit: r.memory_limit_in_bytes as u64,
-                    working_set: m.working_set,
-                });
-            }
-        }
+        check_memory_limit(layout, path, r)?;
         w.write(d.join("memory.max"), r.memory_limit_in_bytes.to_string())?;
     }
     if r.memory_swap_limit_in_bytes != 0 {

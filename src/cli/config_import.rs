@@ -255,14 +255,28 @@ pub fn convert(src: &str) -> Result<Imported, ConfigError> {
     }
     let runtimes = at(&runtime, &["containerd", "runtimes"]);
     let runtimes_ref: Vec<&str> = runtimes.iter().map(String::as_str).collect();
+    let default_rt = look(&at(&runtime, &["containerd", "default_runtime_name"]))
+        .unwrap_or_else(|| "runc".into());
+    // containerd's cgroup driver is its default runtime's SystemdCgroup
+    // (false when unset): the kubelet was set up to match it.
+    let systemd = get(&v, &runtimes_ref)
+        .and_then(|rt| rt.get(&default_rt))
+        .and_then(|t| get(t, &["options", "SystemdCgroup"]))
+        .and_then(Value::as_bool);
+    c.cgroup.driver = if systemd == Some(true) {
+        "systemd"
+    } else {
+        "cgroupfs"
+    }
+    .into();
+    carried.push(format!(
+        "{}.{default_rt}.options.SystemdCgroup ({}) -> cgroup.driver = {:?} (as the kubelet's cgroupDriver)",
+        key(&runtimes),
+        systemd.map_or("unset: false".to_string(), |b| b.to_string()),
+        c.cgroup.driver
+    ));
     if let Some(rt) = get(&v, &runtimes_ref).and_then(Value::as_table) {
-        for (name, t) in rt {
-            if get(t, &["options", "SystemdCgroup"]).and_then(Value::as_bool) == Some(true) {
-                left.push(format!(
-                    "{}.{name}.options.SystemdCgroup: husk drives cgroups itself (cgroupfs); set the kubelet's cgroupDriver to cgroupfs",
-                    key(&runtimes)
-                ));
-            }
+        for (name, _) in rt {
             if name != "runc" {
                 left.push(format!(
                     "{}.{name}: husk has one runtime handler (libcontainer); RuntimeClass {name:?} is not served",
@@ -329,10 +343,9 @@ root = "/var/lib/containerd"
             left.contains("docker.io") && left.contains("mirror.example"),
             "{left}"
         );
-        assert!(
-            left.contains("SystemdCgroup") && left.contains("grpc.address"),
-            "{left}"
-        );
+        assert!(left.contains("grpc.address"), "{left}");
+        assert_eq!(i.config.cgroup.driver, "systemd");
+        assert!(i.carried.join("\n").contains("SystemdCgroup (true)"));
         let back = Config::parse(&i.render(Path::new("/etc/containerd/config.toml")))
             .expect("the output parses as a husk config");
         assert_eq!(back, i.config);

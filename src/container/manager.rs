@@ -395,6 +395,7 @@ impl ContainerManager {
         .map_err(|SpecError(m)| SandboxError::Invalid(m))?;
         let parent =
             crate::sandbox::manager::cgroup_parent(&self.sandboxes.saved_config(sandbox_id));
+        let cgroups_path = crate::cgroup::Driver::current().cgroups_path(&parent, id);
         let files = self.sandboxes.sandbox_dir(sandbox_id);
         let ctx = PodContext {
             netns: pod.netns.as_deref(),
@@ -403,7 +404,7 @@ impl ContainerManager {
             pause_pid: pod.pause_pid,
             files_dir: &files,
             shm: pod.shm.as_deref(),
-            cgroup_parent: &parent,
+            cgroups_path: &cgroups_path,
         };
         if NamespaceMode::try_from(sc.namespace_options.as_ref().map(|n| n.pid).unwrap_or(1))
             == Ok(NamespaceMode::Pod)
@@ -423,7 +424,7 @@ impl ContainerManager {
         let mut c = c.clone();
         if let Some(res) = c.linux.as_mut().and_then(|l| l.resources.as_mut()) {
             crate::cgroup::resources::validate(res, crate::cgroup::Layout::host())?;
-            crate::cgroup::prune_unsupported(crate::cgroup::Layout::host(), &parent, res);
+            crate::cgroup::prune_unsupported(crate::cgroup::Layout::host(), &cgroups_path, res);
         }
         let spec = spec::build(id, &c, &img, &who, &ctx)
             .map_err(|SpecError(m)| SandboxError::Invalid(m))?;
@@ -461,7 +462,7 @@ impl ContainerManager {
             reason: String::new(),
             message: String::new(),
             user: Some(who.record()),
-            cgroups_path: format!("{}/{id}", parent.trim_end_matches('/')),
+            cgroups_path: cgroups_path.clone(),
             stop_signal: d
                 .stop_signal
                 .as_deref()
@@ -481,7 +482,10 @@ impl ContainerManager {
                 ..Default::default()
             }),
         )?;
-        if let Err(e) = self.save(&rec) {
+        let saved = self
+            .write_leftovers(&c, &cgroups_path)
+            .and_then(|()| self.save(&rec));
+        if let Err(e) = saved {
             let _ = shim_call(
                 &self.sandboxes.shim_dir(sandbox_id),
                 Request::Delete(DeleteRequest {
@@ -520,22 +524,22 @@ impl ContainerManager {
         )
         .ok()
         .and_then(|s| s.state);
-        let exit: Option<(i32, i64)> = match &st {
-            Some(s) if s.status == "stopped" => Some((s.exit_code, s.exited_at)),
+        let exit: Option<(i32, i64, u64)> = match &st {
+            Some(s) if s.status == "stopped" => Some((s.exit_code, s.exited_at, s.oom_kills)),
             Some(_) => None,
             None => atomic::read_json::<crate::shim::ExitRecord>(
                 &shim_dir.join("exits").join(format!("{id}.json")),
             )
             .ok()
             .flatten()
-            .map(|e| (e.exit_code, e.exited_at)),
+            .map(|e| (e.exit_code, e.exited_at, e.oom_kills)),
         };
         match (exit, st) {
-            (Some((code, at)), _) => {
+            (Some((code, at, oom_seen)), _) => {
                 r.state = ContainerState::Exited;
                 r.exit_code = code;
                 r.finished_at = at.max(r.started_at);
-                r.reason = if self.oom_killed(&r) {
+                r.reason = if oom_seen > 0 || self.oom_killed(&r) {
                     "OOMKilled".into()
                 } else if code == 0 {
                     "Completed".into()
@@ -554,9 +558,28 @@ impl ContainerManager {
         Some(r)
     }
 
+    /// Under the systemd driver, the limits systemd has no property for
+    /// (hugetlb, other `unified` keys), which libcontainer's systemd
+    /// manager leaves unset, written to the created scope's files.
+    fn write_leftovers(&self, c: &ContainerConfig, cgroups_path: &str) -> Result<(), SandboxError> {
+        if crate::cgroup::driver::unit_of(cgroups_path).is_none() {
+            return Ok(());
+        }
+        let Some(res) = c.linux.as_ref().and_then(|l| l.resources.as_ref()) else {
+            return Ok(());
+        };
+        let left = crate::cgroup::systemd::leftovers(res);
+        if left.hugepage_limits.is_empty() && left.unified.is_empty() {
+            return Ok(());
+        }
+        crate::cgroup::resources::apply(crate::cgroup::Layout::host(), cgroups_path, &left)?;
+        Ok(())
+    }
+
     /// Whether the kernel's OOM killer killed anything in the container's
     /// cgroup: its own limit or its pod's (the counts are hierarchical), the
-    /// init or an exec.
+    /// init or an exec. The shim's count (`shim/oom.rs`) covers a cgroup
+    /// that is gone by now.
     fn oom_killed(&self, r: &ContainerRecord) -> bool {
         crate::cgroup::oom_kills(crate::cgroup::Layout::host(), &r.cgroups_path)
             .is_some_and(|n| n > 0)

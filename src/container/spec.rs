@@ -97,7 +97,8 @@ pub struct PodContext<'a> {
     pub files_dir: &'a Path,
     /// The pod's /dev/shm (None: the host's).
     pub shm: Option<&'a Path>,
-    pub cgroup_parent: &'a str,
+    /// The container's OCI cgroups path (`cgroup::Driver::cgroups_path`).
+    pub cgroups_path: &'a str,
 }
 
 /// What the image contributes.
@@ -199,7 +200,7 @@ pub fn capabilities(
 
 /// Sets the cgroup limits of `res` in an OCI `linux.resources` object
 /// (devices are left as they are); unset CRI values leave no key.
-pub(super) fn set_resources(resources: &mut Value, res: &LinuxContainerResources) {
+pub fn set_resources(resources: &mut Value, res: &LinuxContainerResources) {
     for k in ["cpu", "memory", "hugepageLimits", "unified"] {
         if let Some(o) = resources.as_object_mut() {
             o.remove(k);
@@ -243,13 +244,18 @@ pub(super) fn set_resources(resources: &mut Value, res: &LinuxContainerResources
 }
 
 /// Swap equal to memory (the kubelet's NoSwap) is `memory.swap.max` 0 on
-/// v2, but libcontainer writes no zero limits: say it through `unified`,
-/// which it applies as given. Only where the kernel accounts swap (the
-/// parent has the file).
-fn no_swap_on_v2(resources: &mut Value, res: &LinuxContainerResources, parent: &str) {
+/// v2, but libcontainer's cgroupfs manager writes no zero limits: say it
+/// through `unified`, which it applies as given. Only where the kernel
+/// accounts swap (the parent has the file). Under the systemd driver
+/// libcontainer says it as MemorySwapMax=0 itself.
+fn no_swap_on_v2(resources: &mut Value, res: &LinuxContainerResources, cgroups_path: &str) {
     let layout = crate::cgroup::Layout::host();
+    if crate::cgroup::driver::unit_of(cgroups_path).is_some() {
+        return;
+    }
+    let parent = crate::cgroup::driver::parent_fs_path(cgroups_path);
     let accounted = layout
-        .dir("memory", parent)
+        .dir("memory", &parent)
         .is_some_and(|d| d.join("memory.swap.max").exists());
     if layout.is_v2()
         && accounted
@@ -346,7 +352,7 @@ pub fn build(
     rules.append(&mut device_rules);
     let mut resources = json!({ "devices": rules });
     set_resources(&mut resources, &res);
-    no_swap_on_v2(&mut resources, &res, pod.cgroup_parent);
+    no_swap_on_v2(&mut resources, &res, pod.cgroups_path);
     let cwd = if !c.working_dir.is_empty() {
         c.working_dir.clone()
     } else if !img.working_dir.is_empty() {
@@ -393,11 +399,11 @@ pub fn build(
             pod,
             img,
             sc.privileged,
-            &format!("{}/{id}", pod.cgroup_parent.trim_end_matches('/')),
+            pod.cgroups_path,
         ),
         "annotations": c.annotations,
         "linux": {
-            "cgroupsPath": format!("{}/{id}", pod.cgroup_parent.trim_end_matches('/')),
+            "cgroupsPath": pod.cgroups_path,
             "namespaces": namespaces,
             "devices": devices,
             "seccomp": seccomp,
@@ -503,7 +509,7 @@ mod tests {
             pause_pid: 4242,
             files_dir: files,
             shm: Some(Path::new("/var/lib/husk/sandboxes/p/shm")),
-            cgroup_parent: "/kubepods/podx",
+            cgroups_path: "/kubepods/podx/c1",
         };
         let c = ContainerConfig {
             command: vec!["/bin/true".into()],

@@ -2,15 +2,16 @@
 //! created or running container's cgroup, then recorded.
 //!
 //! Order: validate (InvalidArgument before anything changes), apply to the
-//! cgroup (whole or not at all, see `resources.rs`), then record the merged
+//! cgroup (whole or not at all, see `resources.rs`; under the systemd
+//! driver, systemd's limits as properties of the scope), then record the merged
 //! resources in the saved CRI config (`config.pb`, which ContainerStatus
 //! reports) and in the OCI spec (`config.json`). The container's own lock
 //! is held throughout, so two updates never interleave.
 
 use super::manager::{err, ContainerManager, ContainerState};
 use crate::api::cri::LinuxContainerResources;
-use crate::cgroup::resources;
 use crate::cgroup::Layout;
+use crate::cgroup::{resources, systemd};
 use crate::sandbox::SandboxError;
 use crate::store::atomic;
 use prost::Message;
@@ -44,14 +45,17 @@ impl ContainerManager {
             )));
         }
         let mut new = new.clone();
-        let parent = r
-            .cgroups_path
-            .rsplit_once('/')
-            .map(|(p, _)| p)
-            .unwrap_or("");
-        crate::cgroup::prune_unsupported(Layout::host(), parent, &mut new);
+        crate::cgroup::prune_unsupported(Layout::host(), &r.cgroups_path, &mut new);
         let new = &new;
-        resources::apply(Layout::host(), &r.cgroups_path, new)?;
+        if crate::cgroup::driver::unit_of(&r.cgroups_path).is_some() {
+            // systemd's own limits as properties of the scope, the rest
+            // (hugetlb, other unified keys) in its files.
+            resources::check_memory_limit(Layout::host(), &r.cgroups_path, new)?;
+            resources::apply(Layout::host(), &r.cgroups_path, &systemd::leftovers(new))?;
+            systemd::set_properties(&r.cgroups_path, id, &systemd::as_properties(new))?;
+        } else {
+            resources::apply(Layout::host(), &r.cgroups_path, new)?;
+        }
 
         let dir = self.dir(id);
         let mut cfg = self.saved_config(id).unwrap_or_default();

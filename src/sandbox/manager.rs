@@ -123,7 +123,7 @@ pub fn cgroup_parent(c: &crate::api::cri::PodSandboxConfig) -> String {
         .as_ref()
         .map(|l| l.cgroup_parent.clone())
         .filter(|p| !p.is_empty())
-        .unwrap_or_else(|| "/husk".into())
+        .unwrap_or_else(|| crate::cgroup::Driver::current().default_parent().into())
 }
 
 pub(super) fn now_ns() -> i64 {

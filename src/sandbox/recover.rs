@@ -112,7 +112,8 @@ impl SandboxManager {
             }
         }
         // The pause's cgroup, if libcontainer made it but never recorded it.
-        let cgroups_path = format!("{}/{id}", cgroup_parent(&config).trim_end_matches('/'));
+        let cgroups_path =
+            crate::cgroup::Driver::current().cgroups_path(&cgroup_parent(&config), id);
         crate::cgroup::remove(crate::cgroup::Layout::host(), &cgroups_path);
         // Mounts (shm, rootfs), pins, dirs.
         let dir = self.sandbox_dir(id);

@@ -341,7 +341,7 @@ impl SandboxManager {
             gid = g.value as u32;
         }
         let parent = cgroup_parent(c);
-        let cgroups_path = format!("{}/{id}", parent.trim_end_matches('/'));
+        let cgroups_path = crate::cgroup::Driver::current().cgroups_path(&parent, id);
         let mut sysctls: Vec<(String, String)> = c
             .linux
             .as_ref()

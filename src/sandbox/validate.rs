@@ -109,7 +109,7 @@ pub fn config(c: &PodSandboxConfig) -> Result<(), String> {
         hostname(&c.hostname)?;
     }
     if let Some(l) = &c.linux {
-        crate::cgroup::check_parent("cgroupfs", &l.cgroup_parent)?;
+        crate::cgroup::Driver::current().check_parent(&l.cgroup_parent)?;
     }
     if let Some(sc) = c.linux.as_ref().and_then(|l| l.security_context.as_ref()) {
         if sc.run_as_group.is_some() && sc.run_as_user.is_none() {

@@ -88,6 +88,10 @@ async fn shutdown_signal() {
 
 /// Runs the server until SIGTERM/SIGINT.
 pub async fn serve(cfg: Config) -> anyhow::Result<()> {
+    let driver = crate::cgroup::Driver::resolve(&cfg.cgroup.driver, crate::cgroup::Layout::host())
+        .map_err(anyhow::Error::msg)?;
+    crate::cgroup::Driver::set_current(driver);
+    tracing::info!(driver = driver.name(), configured = %cfg.cgroup.driver, "cgroup driver");
     let _lock = lock_root(&cfg)?;
     std::fs::create_dir_all(&cfg.state)
         .with_context(|| format!("create state {}", cfg.state.display()))?;

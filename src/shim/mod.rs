@@ -20,6 +20,7 @@ pub mod exec;
 pub mod fdpass;
 mod fork;
 pub mod monitor;
+mod oom;
 pub mod process;
 pub mod stream;
 pub mod tenant;
@@ -34,4 +35,7 @@ pub struct ExitRecord {
     pub exit_code: i32,
     /// ns since the epoch.
     pub exited_at: i64,
+    /// OOM kills seen in the container's cgroup while it ran (`oom.rs`).
+    #[serde(default)]
+    pub oom_kills: u64,
 }

@@ -76,6 +76,8 @@ pub(super) struct Shim {
     pub(super) execs: Vec<super::exec::PendingExec>,
     /// Streaming exec/attach state (stream.rs).
     pub(super) streams: super::stream::Streams,
+    /// OOM kills of running containers (oom.rs).
+    pub(super) oom: super::oom::OomWatch,
 }
 
 fn now_ns() -> i64 {
@@ -122,6 +124,7 @@ impl Shim {
             pid: e.pid,
             exit_code: e.exit.as_ref().map(|x| x.exit_code).unwrap_or(0),
             exited_at: e.exit.as_ref().map(|x| x.exited_at).unwrap_or(0),
+            oom_kills: e.exit.as_ref().map(|x| x.oom_kills).unwrap_or(0),
         })
     }
 
@@ -242,7 +245,10 @@ impl Shim {
                     .with_stderr(err)
                     .with_console_socket(console.as_deref())
                     .as_init(bundle)
-                    .with_systemd(false)
+                    // libcontainer drives systemd only for a relative
+                    // cgroups path (`slice:husk:id`, the systemd driver's);
+                    // an absolute one is cgroupfs either way.
+                    .with_systemd(true)
                     .with_detach(true)
                     .build()
                     .map_err(|e| format!("create container {id}: {e:#}"))?;
@@ -264,6 +270,7 @@ impl Shim {
                 for (fd, stream) in readers {
                     self.pipes.push((fd, id.to_string(), stream));
                 }
+                self.oom.watch(id, bundle);
                 self.containers.insert(
                     id.to_string(),
                     Entry {
@@ -386,6 +393,7 @@ impl Shim {
         self.pipes.retain(|(_, c, _)| c != id);
         self.logs.remove(id);
         self.streams.forget(id);
+        self.oom.forget(id);
         self.containers.remove(id);
         self.ok(id)
     }
@@ -469,6 +477,7 @@ impl Shim {
                     pid,
                     exit_code: code,
                     exited_at: now_ns(),
+                    oom_kills: self.oom.exited(id),
                 };
                 if let Err(err) = crate::store::atomic::write_json(
                     &dir.join("exits").join(format!("{id}.json")),

@@ -116,6 +116,7 @@ pub fn run(dir: &Path) -> io::Result<()> {
         pipes: Vec::new(),
         execs: Vec::new(),
         streams: Default::default(),
+        oom: super::oom::OomWatch::new(),
     };
     listener.set_nonblocking(true)?;
     while !shim.shutdown {
@@ -137,6 +138,10 @@ pub fn run(dir: &Path) -> io::Result<()> {
             for fd in &stream_fds {
                 fds.push(rustix::event::PollFd::new(fd, rustix::event::PollFlags::IN));
             }
+            let first_oom = fds.len();
+            if let Some(fd) = shim.oom.fd() {
+                fds.push(rustix::event::PollFd::new(fd, rustix::event::PollFlags::IN));
+            }
             let timeout = shim
                 .execs
                 .iter()
@@ -153,13 +158,20 @@ pub fn run(dir: &Path) -> io::Result<()> {
                 Ok(_) | Err(rustix::io::Errno::INTR) => {}
                 Err(e) => return Err(e.into()),
             }
-            let streams_ready = fds[first_stream..].iter().any(|f| !f.revents().is_empty());
+            let streams_ready = fds[first_stream..first_oom]
+                .iter()
+                .any(|f| !f.revents().is_empty());
+            let oom_ready = fds[first_oom..].iter().any(|f| !f.revents().is_empty());
             (
                 fds[2..first_stream].iter().any(|f| !f.revents().is_empty()),
                 streams_ready,
+                oom_ready,
             )
         };
-        let (pipes_ready, streams_ready) = pipes_ready;
+        let (pipes_ready, streams_ready, oom_ready) = pipes_ready;
+        if oom_ready {
+            shim.oom.on_ready();
+        }
         if pipes_ready {
             shim.drain_logs(None);
         }

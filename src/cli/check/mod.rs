@@ -5,16 +5,17 @@
 //!
 //! It reads the host as `husk serve` would with the same config and flags:
 //! the kernel and overlayfs, the cgroup layout and every controller the
-//! kubelet may ask for (and what husk does without it), CAP_SYS_RESOURCE,
+//! kubelet may ask for (and what husk does without it), the cgroup driver
+//! the host wants against the configured one, CAP_SYS_RESOURCE,
 //! the root directory's filesystem (an overlay mount is tried there), the
 //! CNI config and the plugins its first network names, the sandbox image,
 //! the socket, seccomp and AppArmor. It changes nothing it does not undo.
 
 mod node;
 
-use crate::cgroup::Layout;
+use crate::cgroup::{Driver, Layout};
 use crate::config::Config;
-use node::{apparmor, cgroups, seccomp};
+use node::{apparmor, cgroup_driver, cgroups, seccomp};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
@@ -50,6 +51,11 @@ fn check(name: &str, status: Level, message: impl Into<String>, fix: impl Into<S
 pub async fn run_all(cfg: &Config) -> Vec<Check> {
     let mut out = vec![kernel(), overlay_support()];
     out.extend(cgroups(Layout::host()));
+    out.push(cgroup_driver(
+        &cfg.cgroup.driver,
+        Driver::host_wants(Layout::host(), crate::cgroup::driver::systemd_booted()),
+        |d| Driver::resolve(d, Layout::host()),
+    ));
     out.push(sys_resource());
     out.push(root_fs(&cfg.root));
     out.extend(cni(&cfg.cni.conf_dir, &cfg.cni.bin_dirs));

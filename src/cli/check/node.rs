@@ -1,10 +1,55 @@
 //! The node's kernel side of `husk check`: the cgroup layout and each
 //! controller the kubelet may ask for (on v2, whether the root delegates
-//! it), seccomp, and AppArmor (and whether husk's default profile is
-//! loaded or can be).
+//! it), the cgroup driver the host wants against the configured one,
+//! seccomp, and AppArmor (and whether husk's default profile is loaded or
+//! can be).
 
 use super::{check, Check, Level};
-use crate::cgroup::Layout;
+use crate::cgroup::{Driver, Layout};
+
+/// The configured cgroup driver against the one this host wants
+/// (systemd where it is PID 1 on cgroup v2); `resolve` is
+/// `Driver::resolve`, which for systemd also reaches it over D-Bus.
+pub(super) fn cgroup_driver(
+    configured: &str,
+    wants: Driver,
+    resolve: impl Fn(&str) -> Result<Driver, String>,
+) -> Check {
+    let name = "cgroup driver";
+    let why = match wants {
+        Driver::Systemd => "systemd is PID 1 on cgroup v2",
+        Driver::Cgroupfs => "systemd does not manage cgroup v2 here",
+    };
+    let kubelet = |d: Driver| format!("the kubelet's cgroupDriver must be {}", d.name());
+    match resolve(configured) {
+        Err(e) => check(name, Level::Fail, e, "set [cgroup] driver in husk's config"),
+        Ok(d) if d == wants => check(
+            name,
+            Level::Ok,
+            format!(
+                "{configured:?}: {} (this host wants {}: {why}); {}",
+                d.name(),
+                wants.name(),
+                kubelet(d)
+            ),
+            "",
+        ),
+        Ok(d) => check(
+            name,
+            Level::Warn,
+            format!(
+                "{configured:?}: {}, but this host wants {} ({why}); {}",
+                d.name(),
+                wants.name(),
+                kubelet(d)
+            ),
+            format!(
+                "set [cgroup] driver = \"{}\" (or \"auto\"), and the kubelet's cgroupDriver to match",
+                wants.name()
+            ),
+        ),
+    }
+}
 
 /// The controllers the kubelet may ask for, whether each is required, and
 /// what husk does without it.

@@ -12,7 +12,10 @@ pub async fn handle(
 ) -> Result<RuntimeConfigResponse, Status> {
     Ok(RuntimeConfigResponse {
         linux: Some(LinuxRuntimeConfiguration {
-            cgroup_driver: CgroupDriver::Cgroupfs as i32,
+            cgroup_driver: match crate::cgroup::Driver::current() {
+                crate::cgroup::Driver::Cgroupfs => CgroupDriver::Cgroupfs,
+                crate::cgroup::Driver::Systemd => CgroupDriver::Systemd,
+            } as i32,
         }),
     })
 }

@@ -1,0 +1,156 @@
+//! OOM kills counted while a container runs.
+//!
+//! The server reads a container's `oom_kill` count when it learns of the
+//! exit, which is enough while the cgroup outlives the container (the
+//! cgroupfs driver: libcontainer removes it at delete). Under the systemd
+//! driver the cgroup is a scope that systemd stops, and removes, as soon
+//! as its last process exits, often before the init is reaped. So the
+//! shim watches each container's `memory.events` with inotify (the kernel
+//! signals a change of the file at each OOM event), wakes on it, and keeps
+//! the highest count it saw; the exit record carries it. On v1 the count
+//! (`memory.oom_control`) is read at the exit, as the cgroup stays.
+
+use crate::cgroup::{oom_kills_in, Layout};
+use rustix::fs::inotify;
+use std::collections::HashMap;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+
+struct Watched {
+    dir: PathBuf,
+    v2: bool,
+    wd: Option<i32>,
+    seen: u64,
+}
+
+impl Watched {
+    fn read(&mut self) -> u64 {
+        if let Some(n) = oom_kills_in(&self.dir, self.v2) {
+            self.seen = self.seen.max(n);
+        }
+        self.seen
+    }
+}
+
+pub struct OomWatch {
+    fd: Option<OwnedFd>,
+    by_id: HashMap<String, Watched>,
+}
+
+impl OomWatch {
+    pub fn new() -> OomWatch {
+        let fd = inotify::init(inotify::CreateFlags::CLOEXEC | inotify::CreateFlags::NONBLOCK)
+            .map_err(|e| eprintln!("husk shim: no inotify for OOM events: {e}"))
+            .ok();
+        OomWatch {
+            fd,
+            by_id: HashMap::new(),
+        }
+    }
+
+    /// The descriptor to poll, when there is one.
+    pub fn fd(&self) -> Option<&OwnedFd> {
+        self.fd.as_ref()
+    }
+
+    /// Starts counting for container `id`, whose cgroups path is in its
+    /// bundle's `config.json`.
+    pub fn watch(&mut self, id: &str, bundle: &Path) {
+        let Some(path) = cgroups_path(bundle) else {
+            return;
+        };
+        let layout = Layout::host();
+        let Some(dir) = layout.dir("memory", &path) else {
+            return;
+        };
+        let v2 = layout.is_v2();
+        let wd = match (&self.fd, v2) {
+            (Some(fd), true) => {
+                inotify::add_watch(fd, dir.join("memory.events"), inotify::WatchFlags::MODIFY)
+                    .map_err(|e| eprintln!("husk shim: watch OOM events of {id}: {e}"))
+                    .ok()
+            }
+            _ => None,
+        };
+        let mut w = Watched {
+            dir,
+            v2,
+            wd,
+            seen: 0,
+        };
+        w.read();
+        self.by_id.insert(id.to_string(), w);
+    }
+
+    /// Reads the counts of the containers whose file changed.
+    pub fn on_ready(&mut self) {
+        let Some(fd) = &self.fd else { return };
+        let mut changed: Vec<i32> = Vec::new();
+        let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 4096];
+        let mut reader = inotify::Reader::new(fd, &mut buf);
+        loop {
+            match reader.next() {
+                Ok(ev) => changed.push(ev.wd()),
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(_) => break,
+            }
+        }
+        for w in self.by_id.values_mut() {
+            if w.wd.is_some_and(|wd| changed.contains(&wd)) {
+                w.read();
+            }
+        }
+    }
+
+    /// The count for `id` at its exit: the highest seen, or read now.
+    pub fn exited(&mut self, id: &str) -> u64 {
+        self.by_id.get_mut(id).map(Watched::read).unwrap_or(0)
+    }
+
+    /// Stops watching `id` (deleted).
+    pub fn forget(&mut self, id: &str) {
+        if let (Some(w), Some(fd)) = (self.by_id.remove(id), &self.fd) {
+            if let Some(wd) = w.wd {
+                let _ = inotify::remove_watch(fd, wd);
+            }
+        }
+    }
+}
+
+fn cgroups_path(bundle: &Path) -> Option<String> {
+    let spec: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(bundle.join("config.json")).ok()?).ok()?;
+    spec["linux"]["cgroupsPath"].as_str().map(str::to_string)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_highest_count_seen_survives_the_cgroup() {
+        let d = tempfile::tempdir().expect("tempdir");
+        std::fs::write(d.path().join("memory.events"), "oom 1\noom_kill 1\n").expect("w");
+        let mut w = Watched {
+            dir: d.path().to_path_buf(),
+            v2: true,
+            wd: None,
+            seen: 0,
+        };
+        assert_eq!(w.read(), 1);
+        std::fs::remove_file(d.path().join("memory.events")).expect("rm");
+        assert_eq!(w.read(), 1, "a count seen is kept when the scope is gone");
+    }
+
+    #[test]
+    fn the_cgroups_path_comes_from_the_bundle() {
+        let d = tempfile::tempdir().expect("tempdir");
+        std::fs::write(
+            d.path().join("config.json"),
+            r#"{"linux":{"cgroupsPath":"a.slice:husk:c1"}}"#,
+        )
+        .expect("w");
+        assert_eq!(cgroups_path(d.path()).as_deref(), Some("a.slice:husk:c1"));
+        assert_eq!(cgroups_path(Path::new("/nonexistent")), None);
+    }
+}
