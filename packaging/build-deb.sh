@@ -46,12 +46,14 @@ echo /etc/husk/config.toml >"$tree/DEBIAN/conffiles"
 
 # Run-time dependencies: the shared libraries the binary links (by the
 # packages that ship them) and the tools husk executes.
+# No reader here stops early: under pipefail a writer killed by SIGPIPE
+# (ldconfig, dpkg -S before `head`) fails the whole script with 141.
 libs=$(objdump -p "$tree/usr/bin/husk" | awk '/NEEDED/ {print $2}')
 deps=()
 for l in $libs; do
-  path=$(ldconfig -p | awk -v l="$l" '$1 == l {print $NF; exit}')
-  pkg=$(dpkg -S "$(readlink -f "$path")" 2>/dev/null | head -1 | cut -d: -f1) || true
-  [ -z "$pkg" ] && pkg=$(dpkg -S "$path" 2>/dev/null | head -1 | cut -d: -f1)
+  path=$(ldconfig -p | awk -v l="$l" '$1 == l && !found {print $NF; found = 1}')
+  pkg=$( (dpkg -S "$(readlink -f "$path")" 2>/dev/null || true) | awk -F: 'NR == 1 {print $1}')
+  [ -z "$pkg" ] && pkg=$( (dpkg -S "$path" 2>/dev/null || true) | awk -F: 'NR == 1 {print $1}')
   [ -n "$pkg" ] || { echo "build-deb: no package ships $l" >&2; exit 1; }
   ver=$(dpkg-query -W -f='${Version}' "$pkg" | sed 's/[-+~].*//')
   deps+=("$pkg (>= $ver)")

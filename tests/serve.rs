@@ -61,6 +61,31 @@ fn bad_config_and_flags_exit_2_with_one_line() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("root"));
 
+    let out = husk()
+        .args(["serve", "--cgroup-driver", "cgroup"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not one of"));
+
+    // The systemd driver where it cannot work (cgroup v1, or systemd not
+    // PID 1) is refused at start, naming the fix; never a silent cgroupfs.
+    if !std::path::Path::new("/run/systemd/system").is_dir() {
+        let out = husk()
+            .args(["serve", "--cgroup-driver", "systemd", "--root"])
+            .arg(dir.path().join("root"))
+            .arg("--state")
+            .arg(dir.path().join("run"))
+            .arg("--listen")
+            .arg(dir.path().join("s.sock"))
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("driver = \"cgroupfs\""), "{err}");
+        assert!(!dir.path().join("s.sock").exists() && !dir.path().join("root").exists());
+    }
+
     let out = husk().args(["serve", "--no-such-flag"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
 

@@ -28,6 +28,8 @@ mod kernel;
 mod lifecycle;
 mod limits;
 mod oom;
+mod package;
+mod systemd;
 
 use common::ctr::pod_config;
 use common::pod::Pod;
@@ -62,7 +64,7 @@ fn cgroup_v2_node() {
         "mount -t tmpfs -o size=2g tmpfs /tmp && \
          export TMPDIR=/tmp HUSK_NODE_VM=1 RUST_BACKTRACE=1 && cd /tmp && \
          cat /proc/self/cgroup /proc/version && \
-         {} --ignored --test-threads=1 guest_",
+         {} --ignored --test-threads=1 ::guest_",
         exe.display()
     );
     let o = common::vm::run(
