@@ -367,6 +367,33 @@ mod tests {
     }
 
     #[test]
+    fn a_scope_gets_what_systemd_enables_and_what_its_slice_passes_down() {
+        let d = tempfile::tempdir().expect("tempdir");
+        std::fs::write(d.path().join("cgroup.controllers"), "cpu memory pids hugetlb\n")
+            .expect("w");
+        let slice = d.path().join("a.slice");
+        std::fs::create_dir(&slice).expect("mkdir");
+        std::fs::write(slice.join("cgroup.subtree_control"), "cpu memory\n").expect("w");
+        let l = Layout::V2(d.path().to_path_buf());
+        let huge = || crate::api::cri::LinuxContainerResources {
+            memory_limit_in_bytes: 1 << 20,
+            hugepage_limits: vec![crate::api::cri::HugepageLimit {
+                page_size: "2MB".into(),
+                limit: 0,
+            }],
+            ..Default::default()
+        };
+        let mut r = huge();
+        assert_eq!(prune_unsupported(&l, "a.slice:husk:c", &mut r), ["hugetlb"]);
+        assert_eq!(r.memory_limit_in_bytes, 1 << 20);
+        // A slice the kubelet made passes hugetlb down; nothing was made.
+        std::fs::write(slice.join("cgroup.subtree_control"), "cpu memory hugetlb\n").expect("w");
+        let mut r = huge();
+        assert!(prune_unsupported(&l, "a.slice:husk:c", &mut r).is_empty());
+        assert!(!slice.join("husk-c.scope").exists());
+    }
+
+    #[test]
     fn v2_controllers_say_what_is_delegated() {
         let d = tempfile::tempdir().expect("tempdir");
         std::fs::write(d.path().join("cgroup.controllers"), "cpu memory pids\n").expect("w");

@@ -16,6 +16,9 @@
 //! - `lifecycle.rs`: exec, attach and port-forward; kill -9 of husk serve
 //!   and recovery; nothing left after removal, cgroups included; stop
 //!   through `cgroup.kill`.
+//! - `systemd.rs` and `package.rs` run in the second node, [`systemd_node`],
+//!   where systemd is PID 1: the systemd cgroup driver, and the Debian
+//!   package installed, run and removed under systemd.
 //! - `kernel.rs`: `husk check`, AppArmor (husk's default profile, Localhost
 //!   profiles, an unloaded one), seccomp and mount propagation on this
 //!   kernel.
@@ -46,11 +49,23 @@ const GUEST_TESTS: [&str; 4] = [
     "oom::guest_oom_kills_are_reported",
 ];
 
+/// The systemd node's guest tests, by name.
+const SYSTEMD_TESTS: [&str; 3] = [
+    "package::in_systemd_vm_the_package_under_systemd",
+    "systemd::in_systemd_vm_no_dbus_is_a_clear_error",
+    "systemd::in_systemd_vm_scopes_limits_reload_oom_and_cleanup",
+];
+
+/// One VM at a time: two emulated guests on two cores would each take
+/// twice as long.
+static ONE_VM: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn cgroup_v2_node() {
     if !common::require_root() {
         return;
     }
+    let _vm = ONE_VM.lock().unwrap_or_else(|p| p.into_inner());
     let kernel = common::vm::kernel()
         .expect("no kernel in /boot: make setup installs Debian's linux-image-amd64");
     let dir = tempfile::Builder::new()
@@ -89,6 +104,74 @@ fn cgroup_v2_node() {
     );
     assert_eq!(o.code, Some(0), "guest tests failed:\n{}", show());
     for t in GUEST_TESTS {
+        assert!(
+            o.output.contains(&format!("test {t} ... ok")),
+            "{t} did not pass in the guest:\n{}",
+            show()
+        );
+    }
+    println!("{}", show());
+}
+
+/// A cgroup v2 node with systemd as PID 1, as kubeadm nodes are: husk's
+/// systemd cgroup driver and the Debian package (built here from this
+/// build's binary) run under it.
+#[test]
+fn systemd_node() {
+    if !common::require_root() {
+        return;
+    }
+    let _vm = ONE_VM.lock().unwrap_or_else(|p| p.into_inner());
+    let kernel = common::vm::kernel()
+        .expect("no kernel in /boot: make setup installs Debian's linux-image-amd64");
+    let dir = tempfile::Builder::new()
+        .prefix("systemd-vm-")
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .unwrap();
+    let built = std::process::Command::new("bash")
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/packaging/build-deb.sh"))
+        .env("HUSK", env!("CARGO_BIN_EXE_husk"))
+        .env("OUT", dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        built.status.success(),
+        "build-deb.sh: {}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let deb = String::from_utf8(built.stdout).unwrap().trim().to_string();
+    let exe = std::env::current_exe().unwrap();
+    let script = format!(
+        "export TMPDIR=/tmp HUSK_NODE_VM=1 RUST_BACKTRACE=1 HUSK_DEB={deb} && cd /tmp && \
+         cat /proc/1/comm /proc/self/cgroup && \
+         timeout 180 systemctl is-system-running --wait; \
+         {} --ignored --test-threads=1 {}",
+        exe.display(),
+        // One guest test alone, when a run is for it.
+        std::env::var("HUSK_VM_TESTS").unwrap_or_else(|_| "in_systemd_vm_".into())
+    );
+    let o = common::vm::run_systemd(
+        &kernel,
+        "cgroup_no_v1=all systemd.unified_cgroup_hierarchy=1",
+        dir.path(),
+        &script,
+        Duration::from_secs(25 * 60),
+    );
+    let show = || {
+        format!(
+            "kernel {}\n--- guest output ---\n{}\n--- console (tail) ---\n{}",
+            kernel.display(),
+            o.output,
+            tail(&o.console, 60)
+        )
+    };
+    assert!(
+        o.output.starts_with("systemd\n"),
+        "the guest did not boot systemd to the test:\n{}",
+        show()
+    );
+    assert_eq!(o.code, Some(0), "guest tests failed:\n{}", show());
+    for t in SYSTEMD_TESTS {
         assert!(
             o.output.contains(&format!("test {t} ... ok")),
             "{t} did not pass in the guest:\n{}",

@@ -38,8 +38,12 @@ async fn runtime() -> RuntimeServiceClient<tonic::transport::Channel> {
     let ch = crate::wait_for!(60, "husk.service to answer", {
         match husk::cli::connect(&format!("unix://{SOCK}")).await {
             Ok(ch) => {
+                // Ready once recovery is done (until then: Unavailable).
                 let mut c = RuntimeServiceClient::new(ch.clone());
-                c.version(VersionRequest::default()).await.ok().map(|_| ch)
+                c.list_containers(ListContainersRequest { filter: None })
+                    .await
+                    .ok()
+                    .map(|_| ch)
             }
             Err(_) => None,
         }
@@ -61,6 +65,10 @@ async fn in_systemd_vm_the_package_under_systemd() {
     let image = app_image(&p).await;
     let had_cni = Path::new("/etc/cni/net.d").exists();
 
+    // husk's root on a file system of its own, as on a node (the guest's
+    // root is an overlay, where an overlay's upper dir cannot be).
+    std::fs::create_dir_all("/var/lib/husk").unwrap();
+    run_ok("mount", &["-t", "tmpfs", "-o", "size=1g", "husk", "/var/lib/husk"]);
     run_ok("dpkg", &["-i", &deb]);
     assert_eq!(
         run_ok("systemctl", &["is-enabled", "husk"]).trim(),
@@ -223,7 +231,12 @@ async fn in_systemd_vm_the_package_under_systemd() {
     // Purge: the conffile, the state, and the defaults postinst put in.
     run_ok("dpkg", &["--purge", "husk"]);
     assert!(!Path::new("/etc/husk/config.toml").exists());
-    assert!(!Path::new("/var/lib/husk").exists());
+    let left: Vec<_> = std::fs::read_dir("/var/lib/husk")
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "purge left {left:?} in /var/lib/husk");
+    assert!(!Path::new("/run/husk").exists());
+    let _ = Command::new("umount").arg("/var/lib/husk").status();
     assert!(!Path::new("/etc/crictl.yaml").exists());
     if !had_cni {
         assert!(!Path::new("/etc/cni/net.d/10-husk.conflist").exists());

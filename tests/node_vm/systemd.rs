@@ -242,17 +242,23 @@ async fn in_systemd_vm_scopes_limits_reload_oom_and_cleanup() {
 async fn in_systemd_vm_no_dbus_is_a_clear_error() {
     guest();
     let dir = tempfile::tempdir().unwrap();
-    let o = Command::new(env!("CARGO_BIN_EXE_husk"))
-        .args(["serve", "--cgroup-driver", "systemd", "--root"])
-        .arg(dir.path().join("root"))
-        .arg("--state")
-        .arg(dir.path().join("run"))
-        .arg("--listen")
-        .arg(dir.path().join("husk.sock"))
+    // Neither the bus nor systemd's private socket (which libcontainer
+    // falls back to as root, as go-systemd does) in reach: /run/systemd is
+    // an empty tmpfs but for the `system` dir that says systemd is PID 1.
+    let husk = env!("CARGO_BIN_EXE_husk");
+    let o = Command::new("timeout")
+        .args(["60", "unshare", "-m", "sh", "-c"])
+        .arg(format!(
+            "mount --make-rprivate / && mount -t tmpfs none /run/systemd && \
+             mkdir /run/systemd/system && exec {husk} serve --cgroup-driver systemd \
+             --root {d}/root --state {d}/run --listen {d}/husk.sock",
+            d = dir.path().display()
+        ))
         .env("DBUS_SYSTEM_BUS_ADDRESS", "unix:path=/run/husk-test-no-bus")
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
+    assert_ne!(o.status.code(), Some(124), "husk started: {err}");
     assert!(!o.status.success());
     assert!(err.contains("D-Bus") && err.contains("cgroupfs"), "{err}");
     assert!(!dir.path().join("husk.sock").exists());
