@@ -5,6 +5,8 @@
 # RunPodSandbox, stop+remove, memory at 1/10/50 pods. OPS=container:
 # create+start, stop+remove, full pod, 50 pods in parallel, memory.
 # OPS=exec: the ExecSync round trip of `true` in a running container.
+# CGROUP_DRIVER=systemd puts both on the systemd cgroup driver (husk's
+# --cgroup-driver, containerd's SystemdCgroup; pods in husk-bench.slice).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
@@ -40,8 +42,12 @@ mkdir -p "$work/certs.d/127.0.0.1:$port"
 printf 'server = "http://127.0.0.1:%s"\n' "$port" >"$work/certs.d/127.0.0.1:$port/hosts.toml"
 write_conflist "$work/net.d" "$bridge" "$subnet" "$work/ipam"
 
+driver=${CGROUP_DRIVER:-cgroupfs}
+if [ "$driver" = systemd ]; then
+  export SYSTEMD_CGROUP=true HUSK_BENCH_SLICE=1
+fi
 start_containerd "$work/containerd" "$work/certs.d" "$pause" "$work/net.d"
-"$husk" serve --root "$work/husk/root" --state "$work/husk/run" --listen "$work/husk/husk.sock" \
+"$husk" serve --cgroup-driver "$driver" --root "$work/husk/root" --state "$work/husk/run" --listen "$work/husk/husk.sock" \
   --registry-config-dir "$work/certs.d" --cni-conf-dir "$work/net.d" --cni-bin-dir /usr/lib/cni \
   --sandbox-image "$pause" --log-level ${HUSK_LOG:-warn} 2>"$work/husk.log" &
 echo $! >"$work/husk.pid"

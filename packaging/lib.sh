@@ -95,7 +95,8 @@ JSON
 }
 
 # start_containerd DIR CERTS_D [SANDBOX_IMAGE CNI_CONF_DIR]: Debian's
-# containerd on its own root and socket.
+# containerd on its own root and socket; SYSTEMD_CGROUP=true puts runc on
+# the systemd cgroup driver.
 start_containerd() {
   local dir=$1 certs=$2 pause=${3:-registry.k8s.io/pause:3.6} netd=${4:-$1/net.d}
   mkdir -p "$dir/root" "$dir/state" "$netd"
@@ -119,6 +120,10 @@ state = "$dir/state"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "$netd"
+  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+    runtime_type = "io.containerd.runc.v2"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+      SystemdCgroup = ${SYSTEMD_CGROUP:-false}
 TOML
   containerd --config "$dir/config.toml" >"$dir/containerd.log" 2>&1 &
   echo $! >"$dir/pid"

@@ -15,7 +15,10 @@ pub mod stream;
 
 use crate::api::cri::image_service_client::ImageServiceClient;
 use crate::api::cri::runtime_service_client::RuntimeServiceClient;
-use crate::api::cri::{ImageSpec, ImageStatusRequest, PullImageRequest, RemoveImageRequest};
+use crate::api::cri::{
+    CgroupDriver, ImageSpec, ImageStatusRequest, PullImageRequest, RemoveImageRequest,
+    RuntimeConfigRequest,
+};
 use anyhow::Context as _;
 use serde::Serialize;
 use std::time::{Duration, Instant};
@@ -69,16 +72,34 @@ pub struct Target {
     pub endpoint: String,
     pub images: ImageServiceClient<Channel>,
     pub runtime: RuntimeServiceClient<Channel>,
+    /// The pods' cgroup parent in the form the runtime's cgroup driver
+    /// takes (RuntimeConfig): `husk-bench.slice` or `/husk-bench`.
+    pub cgroup_parent: String,
 }
 
 impl Target {
     pub async fn connect(name: &str, endpoint: &str) -> anyhow::Result<Target> {
         let ch = crate::cli::connect(endpoint).await?;
+        let mut runtime = RuntimeServiceClient::new(ch.clone()).max_decoding_message_size(64 << 20);
+        // A runtime without RuntimeConfig (containerd 1.6) is on cgroupfs
+        // unless its config says otherwise; the caller's HUSK_BENCH_SLICE
+        // says so for it.
+        let systemd = match runtime.runtime_config(RuntimeConfigRequest {}).await {
+            Ok(r) => {
+                r.into_inner().linux.map(|l| l.cgroup_driver) == Some(CgroupDriver::Systemd as i32)
+            }
+            Err(_) => std::env::var_os("HUSK_BENCH_SLICE").is_some(),
+        };
         Ok(Target {
             name: name.to_string(),
             endpoint: endpoint.to_string(),
-            images: ImageServiceClient::new(ch.clone()).max_decoding_message_size(64 << 20),
-            runtime: RuntimeServiceClient::new(ch).max_decoding_message_size(64 << 20),
+            images: ImageServiceClient::new(ch).max_decoding_message_size(64 << 20),
+            runtime,
+            cgroup_parent: if systemd {
+                "husk-bench.slice".into()
+            } else {
+                "/husk-bench".into()
+            },
         })
     }
 

@@ -47,7 +47,10 @@ pub(super) fn pod_config(tag: &str, i: usize) -> PodSandboxConfig {
 }
 
 impl Target {
-    pub(super) async fn run_pod(&mut self, c: PodSandboxConfig) -> anyhow::Result<String> {
+    pub(super) async fn run_pod(&mut self, mut c: PodSandboxConfig) -> anyhow::Result<String> {
+        if let Some(l) = c.linux.as_mut() {
+            l.cgroup_parent = self.cgroup_parent.clone();
+        }
         Ok(self
             .runtime
             .run_pod_sandbox(RunPodSandboxRequest {

@@ -369,8 +369,11 @@ mod tests {
     #[test]
     fn a_scope_gets_what_systemd_enables_and_what_its_slice_passes_down() {
         let d = tempfile::tempdir().expect("tempdir");
-        std::fs::write(d.path().join("cgroup.controllers"), "cpu memory pids hugetlb\n")
-            .expect("w");
+        std::fs::write(
+            d.path().join("cgroup.controllers"),
+            "cpu memory pids hugetlb\n",
+        )
+        .expect("w");
         let slice = d.path().join("a.slice");
         std::fs::create_dir(&slice).expect("mkdir");
         std::fs::write(slice.join("cgroup.subtree_control"), "cpu memory\n").expect("w");

@@ -477,7 +477,7 @@ impl Shim {
                     pid,
                     exit_code: code,
                     exited_at: now_ns(),
-                    oom_kills: self.oom.exited(id),
+                    oom_kills: self.oom.exited(id, code),
                 };
                 if let Err(err) = crate::store::atomic::write_json(
                     &dir.join("exits").join(format!("{id}.json")),

@@ -9,6 +9,15 @@
 //! signals a change of the file at each OOM event), wakes on it, and keeps
 //! the highest count it saw; the exit record carries it. On v1 the count
 //! (`memory.oom_control`) is read at the exit, as the cgroup stays.
+//!
+//! The shim may still lose that race: it serves one request at a time, and
+//! a container that is OOM-killed the moment it starts dies while the shim
+//! is still answering StartContainer; systemd can remove the scope before
+//! the shim reads it (runc, conmon and containerd know the same race). So
+//! the count of the pod's cgroup (the slice, which outlives its
+//! containers, and counts its children's kills) is taken when the watch
+//! starts: a container whose scope is gone, that died of SIGKILL, while
+//! the pod's count went up, was OOM-killed.
 
 use crate::cgroup::{oom_kills_in, Layout};
 use rustix::fs::inotify;
@@ -21,6 +30,8 @@ struct Watched {
     v2: bool,
     wd: Option<i32>,
     seen: u64,
+    /// The pod cgroup's count when the watch started.
+    parent_base: Option<u64>,
 }
 
 impl Watched {
@@ -29,6 +40,20 @@ impl Watched {
             self.seen = self.seen.max(n);
         }
         self.seen
+    }
+
+    /// The count at an exit with `exit_code`; see the module header for
+    /// a cgroup that is gone.
+    fn at_exit(&mut self, exit_code: i32) -> u64 {
+        let seen = self.read();
+        if seen > 0 || self.dir.exists() || exit_code != 128 + libc::SIGKILL {
+            return seen;
+        }
+        let parent_now = self.dir.parent().and_then(|p| oom_kills_in(p, self.v2));
+        match (self.parent_base, parent_now) {
+            (Some(base), Some(now)) if now > base => 1,
+            _ => 0,
+        }
     }
 }
 
@@ -72,11 +97,13 @@ impl OomWatch {
             }
             _ => None,
         };
+        let parent_base = dir.parent().and_then(|p| oom_kills_in(p, v2));
         let mut w = Watched {
             dir,
             v2,
             wd,
             seen: 0,
+            parent_base,
         };
         w.read();
         self.by_id.insert(id.to_string(), w);
@@ -102,9 +129,14 @@ impl OomWatch {
         }
     }
 
-    /// The count for `id` at its exit: the highest seen, or read now.
-    pub fn exited(&mut self, id: &str) -> u64 {
-        self.by_id.get_mut(id).map(Watched::read).unwrap_or(0)
+    /// The count for `id` at its exit with `exit_code`: the highest seen,
+    /// or read now (events still queued are read first).
+    pub fn exited(&mut self, id: &str, exit_code: i32) -> u64 {
+        self.on_ready();
+        self.by_id
+            .get_mut(id)
+            .map(|w| w.at_exit(exit_code))
+            .unwrap_or(0)
     }
 
     /// Stops watching `id` (deleted).
@@ -136,10 +168,33 @@ mod tests {
             v2: true,
             wd: None,
             seen: 0,
+            parent_base: None,
         };
         assert_eq!(w.read(), 1);
         std::fs::remove_file(d.path().join("memory.events")).expect("rm");
         assert_eq!(w.read(), 1, "a count seen is kept when the scope is gone");
+    }
+
+    #[test]
+    fn a_scope_gone_unread_falls_back_to_its_pods_count() {
+        let pod = tempfile::tempdir().expect("tempdir");
+        std::fs::write(pod.path().join("memory.events"), "oom_kill 2\n").expect("w");
+        let w = |base| Watched {
+            dir: pod.path().join("husk-c.scope"),
+            v2: true,
+            wd: None,
+            seen: 0,
+            parent_base: Some(base),
+        };
+        assert_eq!(w(1).at_exit(137), 1, "SIGKILL while the pod's count rose");
+        assert_eq!(w(2).at_exit(137), 0, "no kill in the pod meanwhile");
+        assert_eq!(w(1).at_exit(1), 0, "not a SIGKILL");
+        std::fs::create_dir(pod.path().join("husk-c.scope")).expect("mkdir");
+        assert_eq!(
+            w(1).at_exit(137),
+            0,
+            "a scope that is there speaks for itself"
+        );
     }
 
     #[test]

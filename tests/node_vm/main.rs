@@ -129,7 +129,10 @@ fn systemd_node() {
         .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
         .unwrap();
     let built = std::process::Command::new("bash")
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/packaging/build-deb.sh"))
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/packaging/build-deb.sh"
+        ))
         .env("HUSK", env!("CARGO_BIN_EXE_husk"))
         .env("OUT", dir.path())
         .output()
