@@ -72,6 +72,13 @@ impl Husk {
             .arg("--log-level")
             .arg("debug")
             .args(&self.extra);
+        // A suite run may pin the cgroup driver (the systemd node VM runs
+        // cgroupfs tests too); a test that names one keeps its own.
+        if let Ok(d) = std::env::var("HUSK_TEST_CGROUP_DRIVER") {
+            if !self.extra.iter().any(|a| a == "--cgroup-driver") {
+                c.arg("--cgroup-driver").arg(d);
+            }
+        }
         c
     }
 

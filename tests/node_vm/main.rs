@@ -56,6 +56,9 @@ const SYSTEMD_TESTS: [&str; 3] = [
     "systemd::in_systemd_vm_scopes_limits_reload_oom_and_cleanup",
 ];
 
+/// The cgroupfs driver's test that the systemd node runs too.
+const SYSTEMD_NODE_CGROUPFS: &str = "limits::guest_limits_devices_updates_and_stats";
+
 /// One VM at a time: two emulated guests on two cores would each take
 /// twice as long.
 static ONE_VM: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -148,10 +151,13 @@ fn systemd_node() {
         "export TMPDIR=/tmp HUSK_NODE_VM=1 RUST_BACKTRACE=1 HUSK_DEB={deb} && cd /tmp && \
          cat /proc/1/comm /proc/self/cgroup && \
          timeout 180 systemctl is-system-running --wait; \
-         {} --ignored --test-threads=1 {}",
-        exe.display(),
-        // One guest test alone, when a run is for it.
-        std::env::var("HUSK_VM_TESTS").unwrap_or_else(|_| "in_systemd_vm_".into())
+         HUSK_TEST_CGROUP_DRIVER=cgroupfs {exe} --ignored --test-threads=1 {}",
+        // One guest test alone, when a run is for it. By default the
+        // systemd driver's tests, and the limits test on cgroupfs: both
+        // drivers on a systemd node.
+        std::env::var("HUSK_VM_TESTS")
+            .unwrap_or_else(|_| format!("in_systemd_vm_ {}", SYSTEMD_NODE_CGROUPFS)),
+        exe = exe.display(),
     );
     let o = common::vm::run_systemd(
         &kernel,
@@ -174,7 +180,7 @@ fn systemd_node() {
         show()
     );
     assert_eq!(o.code, Some(0), "guest tests failed:\n{}", show());
-    for t in SYSTEMD_TESTS {
+    for t in SYSTEMD_TESTS.iter().chain([&SYSTEMD_NODE_CGROUPFS]) {
         assert!(
             o.output.contains(&format!("test {t} ... ok")),
             "{t} did not pass in the guest:\n{}",

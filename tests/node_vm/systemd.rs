@@ -2,7 +2,7 @@
 //! (`systemd_node`): pods in a slice the test makes as the kubelet makes
 //! its pod slices, each pause and container a `husk-<id>.scope` with
 //! Delegate=yes; limits as unit properties that a `systemctl
-//! daemon-reload` keeps; updates; OOM kills of a scope that systemd
+//! daemon-reload` and a re-exec of systemd keep; updates; OOM kills of a scope that systemd
 //! removes as its last process dies; the pod slice's limit; bad parents;
 //! a failed create that leaves no unit; no units left after removal; and
 //! systemd out of reach over D-Bus as a clear error at start.
@@ -171,6 +171,12 @@ async fn in_systemd_vm_scopes_limits_reload_oom_and_cleanup() {
     assert_eq!(prop(&unit, "MemoryMax"), (96u64 << 20).to_string());
     systemctl(&["daemon-reload"]);
     assert_eq!(inside().await, limits(96 << 20, 50_000));
+    // A restart of systemd itself (re-exec, as an upgrade of systemd
+    // does) keeps the scope, its limits and its processes.
+    systemctl(&["daemon-reexec"]);
+    assert_eq!(prop(&unit, "ActiveState"), "active");
+    assert_eq!(inside().await, limits(96 << 20, 50_000));
+    assert_eq!(read(&dir.join("memory.swap.max")), "0");
 
     // OOM: systemd removes the scope as its last process dies; the shim
     // counted the kill while it was there.
