@@ -71,6 +71,24 @@ pub fn leftovers(r: &LinuxContainerResources) -> LinuxContainerResources {
     }
 }
 
+/// At create, the [`leftovers`] of `res` written to the scope that the
+/// shim had libcontainer make for `cgroups_path` (its systemd manager
+/// sets only properties). Nothing to do for a cgroupfs path.
+pub fn write_leftovers(
+    cgroups_path: &str,
+    res: Option<&LinuxContainerResources>,
+) -> Result<(), ResourceError> {
+    let Some(res) = res else { return Ok(()) };
+    if super::driver::unit_of(cgroups_path).is_none() {
+        return Ok(());
+    }
+    let left = leftovers(res);
+    if left.hugepage_limits.is_empty() && left.unified.is_empty() {
+        return Ok(());
+    }
+    super::resources::apply(super::Layout::host(), cgroups_path, &left)
+}
+
 /// `r` without its [`leftovers`]: what becomes unit properties.
 pub fn as_properties(r: &LinuxContainerResources) -> LinuxContainerResources {
     let mut p = r.clone();

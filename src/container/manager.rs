@@ -482,8 +482,9 @@ impl ContainerManager {
                 ..Default::default()
             }),
         )?;
-        let saved = self
-            .write_leftovers(&c, &cgroups_path)
+        let res = c.linux.as_ref().and_then(|l| l.resources.as_ref());
+        let saved = crate::cgroup::systemd::write_leftovers(&cgroups_path, res)
+            .map_err(SandboxError::from)
             .and_then(|()| self.save(&rec));
         if let Err(e) = saved {
             let _ = shim_call(
@@ -556,24 +557,6 @@ impl ContainerManager {
             _ => {}
         }
         Some(r)
-    }
-
-    /// Under the systemd driver, the limits systemd has no property for
-    /// (hugetlb, other `unified` keys), which libcontainer's systemd
-    /// manager leaves unset, written to the created scope's files.
-    fn write_leftovers(&self, c: &ContainerConfig, cgroups_path: &str) -> Result<(), SandboxError> {
-        if crate::cgroup::driver::unit_of(cgroups_path).is_none() {
-            return Ok(());
-        }
-        let Some(res) = c.linux.as_ref().and_then(|l| l.resources.as_ref()) else {
-            return Ok(());
-        };
-        let left = crate::cgroup::systemd::leftovers(res);
-        if left.hugepage_limits.is_empty() && left.unified.is_empty() {
-            return Ok(());
-        }
-        crate::cgroup::resources::apply(crate::cgroup::Layout::host(), cgroups_path, &left)?;
-        Ok(())
     }
 
     /// Whether the kernel's OOM killer killed anything in the container's
