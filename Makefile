@@ -23,7 +23,7 @@ test: setup
 test-vm: setup
 	cargo test --test node_vm -- --nocapture
 
-# Every fuzz target (tests/fuzz) for FUZZ_SECONDS each (default 30), from
+# Every fuzz target (tests/fuzz) for FUZZ_SECONDS each (default 20), from
 # its seed corpus; `make test` runs it too.
 fuzz: setup
 	bash packaging/fuzz.sh

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Runs every fuzz target in tests/fuzz for a bounded time (FUZZ_SECONDS
-# each, default 30) from its seed corpus, with cargo fuzz (libFuzzer) on the
+# each, default 20) from its seed corpus, with cargo fuzz (libFuzzer) on the
 # stable toolchain (no sanitizer: the targets assert what they check).
 # New inputs found go to a scratch corpus; the seeds in the repository are
 # left as they are. A crash fails the run and leaves its input in
 # tests/fuzz/artifacts/<target>/, to become a regression seed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-secs=${FUZZ_SECONDS:-30}
+secs=${FUZZ_SECONDS:-20}
 dir=tests/fuzz
 flags=(--fuzz-dir "$dir" --sanitizer none)
 cargo fuzz build "${flags[@]}"

@@ -19,6 +19,7 @@ fn build_package(out: &Path) -> std::path::PathBuf {
             "/packaging/build-deb.sh"
         ))
         .env("HUSK", env!("CARGO_BIN_EXE_husk"))
+        .env("DEB_COMPRESSION", "none")
         .env("OUT", out)
         .output()
         .unwrap();

@@ -137,6 +137,7 @@ fn systemd_node() {
             "/packaging/build-deb.sh"
         ))
         .env("HUSK", env!("CARGO_BIN_EXE_husk"))
+        .env("DEB_COMPRESSION", "none")
         .env("OUT", dir.path())
         .output()
         .unwrap();
