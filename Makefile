@@ -18,8 +18,8 @@ test: setup
 	bash packaging/fuzz.sh
 
 # The node VMs alone (also part of `make test`): Debian's stock kernel
-# under qemu as a cgroup v2 node, running the guest suite of
-# tests/node_vm.
+# under qemu as a cgroup v2 node, and as one with systemd as PID 1,
+# running the guest suite of tests/node_vm.
 test-vm: setup
 	cargo test --test node_vm -- --nocapture
 
