@@ -92,6 +92,12 @@ fn cgroup_v2_node() {
         &script,
         Duration::from_secs(25 * 60),
     );
+    judge(&kernel, &o, o.output.contains("0::/\n"), &GUEST_TESTS);
+}
+
+/// Asserts that the guest booted to its tests (`booted`), that they
+/// passed, and that each of `tests` is among them; prints the run.
+fn judge(kernel: &Path, o: &common::vm::Outcome, booted: bool, tests: &[&str]) {
     let show = || {
         format!(
             "kernel {}\n--- guest output ---\n{}\n--- console (tail) ---\n{}",
@@ -100,13 +106,9 @@ fn cgroup_v2_node() {
             tail(&o.console, 60)
         )
     };
-    assert!(
-        o.output.contains("0::/\n"),
-        "the guest did not boot to the test:\n{}",
-        show()
-    );
+    assert!(booted, "the guest did not boot to the test:\n{}", show());
     assert_eq!(o.code, Some(0), "guest tests failed:\n{}", show());
-    for t in GUEST_TESTS {
+    for t in tests {
         assert!(
             o.output.contains(&format!("test {t} ... ok")),
             "{t} did not pass in the guest:\n{}",
@@ -167,28 +169,10 @@ fn systemd_node() {
         &script,
         Duration::from_secs(25 * 60),
     );
-    let show = || {
-        format!(
-            "kernel {}\n--- guest output ---\n{}\n--- console (tail) ---\n{}",
-            kernel.display(),
-            o.output,
-            tail(&o.console, 60)
-        )
-    };
-    assert!(
-        o.output.starts_with("systemd\n"),
-        "the guest did not boot systemd to the test:\n{}",
-        show()
-    );
-    assert_eq!(o.code, Some(0), "guest tests failed:\n{}", show());
-    for t in SYSTEMD_TESTS.iter().chain([&SYSTEMD_NODE_CGROUPFS]) {
-        assert!(
-            o.output.contains(&format!("test {t} ... ok")),
-            "{t} did not pass in the guest:\n{}",
-            show()
-        );
-    }
-    println!("{}", show());
+    let mut tests = SYSTEMD_TESTS.to_vec();
+    tests.push(SYSTEMD_NODE_CGROUPFS);
+    // The script prints PID 1's name first.
+    judge(&kernel, &o, o.output.starts_with("systemd\n"), &tests);
 }
 
 fn tail(s: &str, lines: usize) -> String {
@@ -225,6 +209,18 @@ fn pod_under(p: &Pod, name: &str, parent: &str) -> PodSandboxConfig {
 /// The unified hierarchy's directory of `cgroups_path`.
 fn v2_dir(cgroups_path: &str) -> PathBuf {
     Path::new("/sys/fs/cgroup").join(cgroups_path.trim_start_matches('/'))
+}
+
+/// The cgroup driver a runtime answers in RuntimeConfig.
+async fn driver_of(
+    mut rt: husk::api::cri::runtime_service_client::RuntimeServiceClient<tonic::transport::Channel>,
+) -> CgroupDriver {
+    let rc = rt
+        .runtime_config(RuntimeConfigRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    CgroupDriver::try_from(rc.linux.unwrap_or_default().cgroup_driver).unwrap()
 }
 
 fn read(p: &Path) -> String {

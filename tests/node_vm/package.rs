@@ -101,14 +101,9 @@ async fn in_systemd_vm_the_package_under_systemd() {
     std::fs::write("/etc/husk/config.toml", cfg).unwrap();
     run_ok("systemctl", &["restart", "husk"]);
     let mut rt = runtime().await;
-    let rc = rt
-        .runtime_config(RuntimeConfigRequest {})
-        .await
-        .unwrap()
-        .into_inner();
     assert_eq!(
-        rc.linux.unwrap().cgroup_driver,
-        CgroupDriver::Systemd as i32,
+        driver_of(rt.clone()).await,
+        CgroupDriver::Systemd,
         "auto picks systemd where it is PID 1"
     );
     let check = Command::new("husk").arg("check").output().unwrap();

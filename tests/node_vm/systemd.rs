@@ -105,17 +105,7 @@ async fn in_systemd_vm_scopes_limits_reload_oom_and_cleanup() {
         vec!["--cgroup-driver".into(), "systemd".into()],
     )
     .await;
-    let rc =
-        p.h.runtime()
-            .await
-            .runtime_config(RuntimeConfigRequest {})
-            .await
-            .unwrap()
-            .into_inner();
-    assert_eq!(
-        rc.linux.unwrap().cgroup_driver,
-        CgroupDriver::Systemd as i32
-    );
+    assert_eq!(driver_of(p.h.runtime().await).await, CgroupDriver::Systemd);
     let units_before = husk_units();
     let image = app_image(&p).await;
     let slice = pod_slice(None);
