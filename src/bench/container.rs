@@ -101,7 +101,7 @@ pub async fn bench_containers(
         let order = turns(i, n);
         for k in order {
             let t = &mut targets[k];
-            let sc = pod_config(&format!("c{k}"), i);
+            let sc = pod_config(&format!("c{k}"), i, &t.cgroup_parent);
             let start = Instant::now();
             let sandbox = t.run_pod(sc.clone()).await?;
             let mid = Instant::now();
@@ -132,7 +132,7 @@ pub async fn bench_containers(
             let mut tt = Target::connect(&t.name, &t.endpoint).await?;
             let image = image.to_string();
             tasks.push(tokio::spawn(async move {
-                let sc = pod_config(&format!("p{k}"), i);
+                let sc = pod_config(&format!("p{k}"), i, &tt.cgroup_parent);
                 let sandbox = tt.run_pod(sc.clone()).await?;
                 tt.start_app(&sandbox, &sc, &image).await?;
                 anyhow::Ok(sandbox)

@@ -62,7 +62,7 @@ pub async fn bench_exec(
             })
             .await
             .with_context(|| format!("{}: pull {image}", t.name))?;
-        let sc = pod_config(&format!("x{k}"), 0);
+        let sc = pod_config(&format!("x{k}"), 0, &t.cgroup_parent);
         let sandbox = t.run_pod(sc.clone()).await?;
         let id = t.start_app(&sandbox, &sc, image).await?;
         pods.push((sandbox, id));

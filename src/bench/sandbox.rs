@@ -27,8 +27,10 @@ pub struct SandboxResult {
     pub memory: Vec<MemoryPoint>,
 }
 
-/// A benchmark pod's config, unique per `tag` and `i`.
-pub(super) fn pod_config(tag: &str, i: usize) -> PodSandboxConfig {
+/// A benchmark pod's config, unique per `tag` and `i`, under `parent`
+/// (`Target::cgroup_parent`: the form the runtime's cgroup driver takes;
+/// containerd reads it from each CreateContainer's sandbox config).
+pub(super) fn pod_config(tag: &str, i: usize, parent: &str) -> PodSandboxConfig {
     PodSandboxConfig {
         metadata: Some(PodSandboxMetadata {
             name: format!("bench-{tag}-{i}"),
@@ -39,7 +41,7 @@ pub(super) fn pod_config(tag: &str, i: usize) -> PodSandboxConfig {
         hostname: format!("bench-{i}"),
         log_directory: format!("/tmp/husk-bench-logs/{tag}-{i}"),
         linux: Some(LinuxPodSandboxConfig {
-            cgroup_parent: "/husk-bench".into(),
+            cgroup_parent: parent.into(),
             ..Default::default()
         }),
         ..Default::default()
@@ -47,10 +49,7 @@ pub(super) fn pod_config(tag: &str, i: usize) -> PodSandboxConfig {
 }
 
 impl Target {
-    pub(super) async fn run_pod(&mut self, mut c: PodSandboxConfig) -> anyhow::Result<String> {
-        if let Some(l) = c.linux.as_mut() {
-            l.cgroup_parent = self.cgroup_parent.clone();
-        }
+    pub(super) async fn run_pod(&mut self, c: PodSandboxConfig) -> anyhow::Result<String> {
         Ok(self
             .runtime
             .run_pod_sandbox(RunPodSandboxRequest {
@@ -88,7 +87,9 @@ pub async fn bench_sandbox(
     let mut sr = vec![Vec::new(); n];
     // Warm-up: the pause image, CNI plugins in the page cache.
     for (k, t) in targets.iter_mut().enumerate() {
-        let id = t.run_pod(pod_config(&format!("warm{k}"), 0)).await?;
+        let id = t
+            .run_pod(pod_config(&format!("warm{k}"), 0, &t.cgroup_parent))
+            .await?;
         t.stop_remove(&id).await?;
     }
     for i in 0..iterations {
@@ -96,7 +97,9 @@ pub async fn bench_sandbox(
         for k in order {
             let t = &mut targets[k];
             let start = Instant::now();
-            let id = t.run_pod(pod_config(&format!("t{k}"), i)).await?;
+            let id = t
+                .run_pod(pod_config(&format!("t{k}"), i, &t.cgroup_parent))
+                .await?;
             run[k].push(start.elapsed());
             let start = Instant::now();
             t.stop_remove(&id).await?;
@@ -109,7 +112,10 @@ pub async fn bench_sandbox(
         for &pods in pod_counts {
             let mut ids = Vec::with_capacity(pods);
             for i in 0..pods {
-                ids.push(t.run_pod(pod_config(&format!("m{k}-{pods}"), i)).await?);
+                ids.push(
+                    t.run_pod(pod_config(&format!("m{k}-{pods}"), i, &t.cgroup_parent))
+                        .await?,
+                );
             }
             tokio::time::sleep(Duration::from_secs(1)).await;
             let shims = t.shims();

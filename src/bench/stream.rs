@@ -117,7 +117,7 @@ pub async fn bench_stream(
                 ..Default::default()
             })
             .await?;
-        let sc = pod_config(&format!("s{k}"), 0);
+        let sc = pod_config(&format!("s{k}"), 0, &t.cgroup_parent);
         let pod = t.run_pod(sc.clone()).await?;
         let id = t
             .runtime

@@ -60,29 +60,34 @@ impl Driver {
     }
 
     /// Resolves a configured name (`auto`, `cgroupfs`, `systemd`) on this
-    /// host. The systemd driver needs cgroup v2 and systemd as PID 1
-    /// reachable over D-Bus; each missing part is an error naming the fix.
+    /// host. The systemd driver (named, or the one `auto` picks) needs
+    /// cgroup v2 and systemd as PID 1 reachable over D-Bus; each missing
+    /// part is an error naming the fix.
     pub fn resolve(name: &str, layout: &Layout) -> Result<Driver, String> {
         let booted = systemd_booted();
-        match name {
-            "auto" => Ok(Driver::host_wants(layout, booted)),
-            "cgroupfs" => Ok(Driver::Cgroupfs),
-            "systemd" => {
-                if !layout.is_v2() {
-                    return Err("cgroup driver \"systemd\" needs a cgroup v2 host and this one is v1: set [cgroup] driver = \"cgroupfs\" (and the kubelet's cgroupDriver: cgroupfs), or boot with systemd.unified_cgroup_hierarchy=1".into());
-                }
-                if !booted {
-                    return Err("cgroup driver \"systemd\": systemd is not PID 1 here (/run/systemd/system is missing): set [cgroup] driver = \"cgroupfs\"".into());
-                }
-                super::systemd::probe().map_err(|e| {
-                    format!("cgroup driver \"systemd\": systemd is not reachable over D-Bus ({SYSTEM_BUS}): {e}; start dbus (systemctl start dbus), or set [cgroup] driver = \"cgroupfs\"")
-                })?;
-                Ok(Driver::Systemd)
+        let d = match name {
+            "auto" => Driver::host_wants(layout, booted),
+            "cgroupfs" => Driver::Cgroupfs,
+            "systemd" => Driver::Systemd,
+            other => {
+                return Err(format!(
+                    "cgroup.driver: {other:?} is not one of \"auto\", \"systemd\", \"cgroupfs\""
+                ))
             }
-            other => Err(format!(
-                "cgroup.driver: {other:?} is not one of \"auto\", \"systemd\", \"cgroupfs\""
-            )),
+        };
+        if d == Driver::Cgroupfs {
+            return Ok(d);
         }
+        if !layout.is_v2() {
+            return Err("cgroup driver \"systemd\" needs a cgroup v2 host and this one is v1: set [cgroup] driver = \"cgroupfs\" (and the kubelet's cgroupDriver: cgroupfs), or boot with systemd.unified_cgroup_hierarchy=1".into());
+        }
+        if !booted {
+            return Err("cgroup driver \"systemd\": systemd is not PID 1 here (/run/systemd/system is missing): set [cgroup] driver = \"cgroupfs\"".into());
+        }
+        super::systemd::probe().map_err(|e| {
+            format!("cgroup driver \"systemd\" (configured: {name:?}): systemd is not reachable over D-Bus ({SYSTEM_BUS}, nor its private socket): {e}; start dbus (systemctl start dbus), or set [cgroup] driver = \"cgroupfs\"")
+        })?;
+        Ok(Driver::Systemd)
     }
 
     /// The driver of this server, as set when it started (cgroupfs until
