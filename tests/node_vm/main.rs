@@ -63,18 +63,34 @@ const SYSTEMD_NODE_CGROUPFS: &str = "limits::guest_limits_devices_updates_and_st
 /// twice as long.
 static ONE_VM: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-#[test]
-fn cgroup_v2_node() {
+/// What a node VM needs: this process's turn, the kernel, and the
+/// directory shared with the guest (not under /tmp, which the guest
+/// mounts over). None when not root.
+fn vm_setup(
+    prefix: &str,
+) -> Option<(
+    std::sync::MutexGuard<'static, ()>,
+    PathBuf,
+    tempfile::TempDir,
+)> {
     if !common::require_root() {
-        return;
+        return None;
     }
-    let _vm = ONE_VM.lock().unwrap_or_else(|p| p.into_inner());
+    let turn = ONE_VM.lock().unwrap_or_else(|p| p.into_inner());
     let kernel = common::vm::kernel()
         .expect("no kernel in /boot: make setup installs Debian's linux-image-amd64");
     let dir = tempfile::Builder::new()
-        .prefix("node-vm-")
+        .prefix(prefix)
         .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
         .unwrap();
+    Some((turn, kernel, dir))
+}
+
+#[test]
+fn cgroup_v2_node() {
+    let Some((_turn, kernel, dir)) = vm_setup("node-vm-") else {
+        return;
+    };
     let exe = std::env::current_exe().unwrap();
     // The guest's /tmp is a copy-on-write overlay, where an overlay upper
     // dir cannot live: the tests get a tmpfs of their own.
@@ -123,16 +139,9 @@ fn judge(kernel: &Path, o: &common::vm::Outcome, booted: bool, tests: &[&str]) {
 /// build's binary) run under it.
 #[test]
 fn systemd_node() {
-    if !common::require_root() {
+    let Some((_turn, kernel, dir)) = vm_setup("systemd-vm-") else {
         return;
-    }
-    let _vm = ONE_VM.lock().unwrap_or_else(|p| p.into_inner());
-    let kernel = common::vm::kernel()
-        .expect("no kernel in /boot: make setup installs Debian's linux-image-amd64");
-    let dir = tempfile::Builder::new()
-        .prefix("systemd-vm-")
-        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
-        .unwrap();
+    };
     let built = std::process::Command::new("bash")
         .arg(concat!(
             env!("CARGO_MANIFEST_DIR"),
