@@ -19,6 +19,7 @@ packages=(
   qemu-system-x86              # the node VMs (tests/node_vm): software emulation
   linux-image-amd64            # Debian's stock kernel, booted in the node VMs
   apparmor                     # apparmor_parser, for AppArmor in the node VMs
+  systemd dbus                 # PID 1 and the system bus of the systemd node VM
 )
 missing=()
 for p in "${packages[@]}"; do
