@@ -5,26 +5,14 @@
 //! config and a containerd 1.7-style one.
 #![allow(clippy::unwrap_used)]
 
-use std::path::Path;
+#[path = "common/deb.rs"]
+mod deb;
+
+use deb::build_package;
 use std::process::Command;
 
 fn husk() -> Command {
     Command::new(env!("CARGO_BIN_EXE_husk"))
-}
-
-fn build_package(out: &Path) -> std::path::PathBuf {
-    let o = Command::new("bash")
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/packaging/build-deb.sh"
-        ))
-        .env("HUSK", env!("CARGO_BIN_EXE_husk"))
-        .env("DEB_COMPRESSION", "none")
-        .env("OUT", out)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    std::path::PathBuf::from(String::from_utf8(o.stdout).unwrap().trim())
 }
 
 #[test]

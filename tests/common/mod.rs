@@ -10,6 +10,7 @@ pub mod cluster;
 pub mod cni;
 pub mod containerd;
 pub mod ctr;
+pub mod deb;
 pub mod images;
 pub mod kubelet;
 pub mod pod;

@@ -142,22 +142,8 @@ fn systemd_node() {
     let Some((_turn, kernel, dir)) = vm_setup("systemd-vm-") else {
         return;
     };
-    let built = std::process::Command::new("bash")
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/packaging/build-deb.sh"
-        ))
-        .env("HUSK", env!("CARGO_BIN_EXE_husk"))
-        .env("DEB_COMPRESSION", "none")
-        .env("OUT", dir.path())
-        .output()
-        .unwrap();
-    assert!(
-        built.status.success(),
-        "build-deb.sh: {}",
-        String::from_utf8_lossy(&built.stderr)
-    );
-    let deb = String::from_utf8(built.stdout).unwrap().trim().to_string();
+    let deb = common::deb::build_package(dir.path());
+    let deb = deb.display();
     let exe = std::env::current_exe().unwrap();
     let script = format!(
         "export TMPDIR=/tmp HUSK_NODE_VM=1 RUST_BACKTRACE=1 HUSK_DEB={deb} && cd /tmp && \
