@@ -105,10 +105,35 @@ fn cgroup_v2_node() {
         &kernel,
         "cgroup_no_v1=all",
         dir.path(),
-        &script,
-        Duration::from_secs(25 * 60),
+        &format!("{}{script}", watchdog(WATCHDOG)),
+        GUEST_DEADLINE,
     );
     judge(&kernel, &o, o.output.contains("0::/\n"), &GUEST_TESTS);
+}
+
+/// How long a guest may take, boot included: its tests take 2 to 4
+/// minutes on an idle machine.
+const GUEST_DEADLINE: Duration = Duration::from_secs(15 * 60);
+
+/// Guest tests still running this long are stuck: the watchdog shows why
+/// and stops them, before the deadline kills the guest unseen.
+const WATCHDOG: Duration = Duration::from_secs(11 * 60);
+
+/// A shell prefix for a guest script: after `after`, print the guest's
+/// processes, the kernel stacks of the test binary's threads and the
+/// tails of the husk serve logs, then kill the tests (the script goes on
+/// to its end, with their failure).
+fn watchdog(after: Duration) -> String {
+    format!(
+        "( sleep {s}; echo; echo '--- watchdog: the guest tests still run after {s} s'; \
+           ps -eo pid,ppid,stat,etimes,wchan:30,args; \
+           for p in $(pgrep -f -- '--ignored --test-threads'); do \
+             for t in /proc/$p/task/*; do echo \"--- $t $(cat $t/comm) $(cat $t/wchan)\"; cat $t/stack; done; \
+           done; \
+           for l in /tmp/*/husk.log; do echo \"--- $l\"; tail -n 30 $l; done; \
+           pkill -f -- '--ignored --test-threads' ) >&2 & ",
+        s = after.as_secs()
+    )
 }
 
 /// Asserts that the guest booted to its tests (`booted`), that they
@@ -161,8 +186,8 @@ fn systemd_node() {
         &kernel,
         "cgroup_no_v1=all systemd.unified_cgroup_hierarchy=1",
         dir.path(),
-        &script,
-        Duration::from_secs(25 * 60),
+        &format!("{}{script}", watchdog(WATCHDOG)),
+        GUEST_DEADLINE,
     );
     let mut tests = SYSTEMD_TESTS.to_vec();
     tests.push(SYSTEMD_NODE_CGROUPFS);
