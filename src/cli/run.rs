@@ -118,6 +118,21 @@ impl LogFollower {
             }
         }
     }
+
+    /// Prints each file's last line that its container never ended.
+    fn finish(&mut self, out: &mut dyn FnMut(String)) {
+        self.poll(out);
+        for (path, p) in self.partial.drain() {
+            let container = path
+                .parent()
+                .and_then(|d| d.file_name())
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            if !p.is_empty() {
+                out(format!("[{container}] {p}"));
+            }
+        }
+    }
 }
 
 enum Outcome {
@@ -256,7 +271,7 @@ pub async fn run(f: RunFlags) -> anyhow::Result<i32> {
     let (code, why) = result.unwrap_or((1, String::new()));
     // The last lines the containers wrote.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    logs.poll(&mut |l| say(&bar, l));
+    logs.finish(&mut |l| say(&bar, l));
     let name = defaults::name(&pod).to_string();
     say(&bar, format!("pod {name}: {why}"));
     let ready_and_kept = f.keep && why == "Ready";

@@ -52,8 +52,9 @@ pub fn log_tail(path: &str, lines: usize, max: usize) -> String {
     log_tail_text(&std::fs::read(path).unwrap_or_default(), lines, max)
 }
 
-/// `log_tail` of a CRI log's bytes: partial records joined, lines that are
-/// not CRI records skipped.
+/// `log_tail` of a CRI log's bytes, as the kubelet reads it back: partial
+/// records joined, each ended line with its newline, an unfinished last
+/// line as it is; lines that are not CRI records skipped.
 pub fn log_tail_text(text: &[u8], lines: usize, max: usize) -> String {
     let mut out: Vec<String> = Vec::new();
     let mut partial = String::new();
@@ -63,11 +64,15 @@ pub fn log_tail_text(text: &[u8], lines: usize, max: usize) -> String {
         };
         partial.push_str(&String::from_utf8_lossy(rec.body));
         if !rec.partial {
+            partial.push('\n');
             out.push(std::mem::take(&mut partial));
         }
     }
+    if !partial.is_empty() {
+        out.push(partial);
+    }
     let start = out.len().saturating_sub(lines);
-    let mut s = out[start..].join("\n");
+    let mut s = out[start..].concat();
     if s.len() > max {
         let cut = s.len() - max;
         let cut = (cut..s.len())
@@ -472,8 +477,12 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let p = d.path().join("0.log");
         std::fs::write(&p, "t stdout P abc\nt stdout F def\nt stderr F last\n").unwrap();
-        assert_eq!(log_tail(p.to_str().unwrap(), 80, 2048), "abcdef\nlast");
-        assert_eq!(log_tail(p.to_str().unwrap(), 1, 2048), "last");
-        assert_eq!(log_tail(p.to_str().unwrap(), 80, 3), "ast");
+        assert_eq!(log_tail(p.to_str().unwrap(), 80, 2048), "abcdef\nlast\n");
+        assert_eq!(log_tail(p.to_str().unwrap(), 1, 2048), "last\n");
+        assert_eq!(log_tail(p.to_str().unwrap(), 80, 3), "st\n");
+        // A last line the container never ended has no newline added.
+        std::fs::write(&p, "t stdout F one\nt stdout P DONE\n").unwrap();
+        assert_eq!(log_tail(p.to_str().unwrap(), 80, 2048), "one\nDONE");
+        assert_eq!(log_tail(p.to_str().unwrap(), 1, 2048), "DONE");
     }
 }

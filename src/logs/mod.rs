@@ -1,13 +1,20 @@
 //! The CRI container log format, written by the shim for each container.
 //!
-//! Each record is one line: `<RFC3339Nano UTC> <stdout|stderr> <P|F> <text>\n`.
-//! `F` ends a line the container wrote; a line longer than the maximum
-//! (default 16 KiB) is cut into `P` (partial) records followed by a final
-//! `F`, as the kubelet and containerd expect. Output arrives in arbitrary
-//! chunks, so each stream keeps its unfinished line until the newline, the
-//! maximum, or the stream's end (written as `F`). `reopen` switches to a
-//! fresh file at the same path after the kubelet has renamed the old one,
-//! without losing buffered text.
+//! Each record is one line: `<RFC3339Nano UTC> <stdout|stderr> <P|F> <text>\n`,
+//! cut as containerd's CRI logger cuts them, so that the kubelet reads back
+//! exactly what the container wrote:
+//! - `F` ends a line the container ended with a newline;
+//! - `P` (partial) is text whose line goes on in the stream's next record:
+//!   the first maximum bytes (default 16 KiB) of a longer line, and the
+//!   unfinished last line of a stream that ended (`DONE` written with no
+//!   newline is `P DONE`, never a line the container did not end);
+//! - a line of exactly the maximum is one `F` record.
+//!
+//! Output arrives in arbitrary chunks, so each stream keeps its unfinished
+//! line until the newline, a byte past the maximum, or the stream's end.
+//! `reopen` (the kubelet renamed the file away) ends the old file as
+//! containerd does: each stream's unfinished text goes there as `P`, and
+//! the line's rest starts the fresh file at the same path.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
@@ -98,8 +105,6 @@ pub struct CriLogWriter {
     pending: [Vec<u8>; 2],
     /// Records dropped for want of space, not yet reported in the file.
     dropped: u64,
-    /// Per stream: the last record was a P (its line is not ended yet).
-    open_partial: [bool; 2],
 }
 
 fn open_append(path: &Path) -> io::Result<File> {
@@ -117,12 +122,10 @@ impl CriLogWriter {
             max_line: max_line.max(1),
             pending: [Vec::new(), Vec::new()],
             dropped: 0,
-            open_partial: [false, false],
         })
     }
 
     fn record(&mut self, stream: Stream, tag: char, text: &[u8]) -> io::Result<()> {
-        self.open_partial[stream as usize] = tag == 'P';
         let mut rec = Vec::with_capacity(text.len() + 48);
         rec.extend_from_slice(rfc3339_nano(SystemTime::now()).as_bytes());
         rec.push(b' ');
@@ -194,19 +197,21 @@ impl CriLogWriter {
         Err(e)
     }
 
-    /// Appends output of `stream`, writing every finished line.
+    /// Appends output of `stream`, writing every finished line, and a `P`
+    /// record of the maximum for a line that goes on past it.
     pub fn write(&mut self, stream: Stream, mut data: &[u8]) -> io::Result<()> {
         let i = stream as usize;
         while !data.is_empty() {
             let room = self.max_line - self.pending[i].len();
-            match data.iter().take(room).position(|b| *b == b'\n') {
+            // A newline right after the maximum still ends the line whole.
+            match data.iter().take(room + 1).position(|b| *b == b'\n') {
                 Some(nl) => {
                     let mut line = std::mem::take(&mut self.pending[i]);
                     line.extend_from_slice(&data[..nl]);
                     self.record(stream, 'F', &line)?;
                     data = &data[nl + 1..];
                 }
-                None if data.len() >= room => {
+                None if data.len() > room => {
                     let mut line = std::mem::take(&mut self.pending[i]);
                     line.extend_from_slice(&data[..room]);
                     self.record(stream, 'P', &line)?;
@@ -221,21 +226,27 @@ impl CriLogWriter {
         Ok(())
     }
 
-    /// The stream ended: its unfinished line is written as a full record.
-    pub fn close_stream(&mut self, stream: Stream) -> io::Result<()> {
-        let i = stream as usize;
-        let line = std::mem::take(&mut self.pending[i]);
-        // A line cut into partials ends with an F record, even an empty
-        // one (its text ended exactly at a cut); found by the cri_log fuzz
-        // target.
-        if line.is_empty() && !self.open_partial[i] {
+    /// Writes the stream's unfinished line as a `P` record, if it has one.
+    fn flush_partial(&mut self, stream: Stream) -> io::Result<()> {
+        let line = std::mem::take(&mut self.pending[stream as usize]);
+        if line.is_empty() {
             return Ok(());
         }
-        self.record(stream, 'F', &line)
+        self.record(stream, 'P', &line)
     }
 
-    /// Opens the path afresh (the old file was renamed away by the kubelet).
+    /// The stream ended: its unfinished line is written as a partial
+    /// record (the container never ended it), as containerd does.
+    pub fn close_stream(&mut self, stream: Stream) -> io::Result<()> {
+        self.flush_partial(stream)
+    }
+
+    /// Opens the path afresh (the old file was renamed away by the
+    /// kubelet), after ending the old file with each stream's unfinished
+    /// text as `P`.
     pub fn reopen(&mut self) -> io::Result<()> {
+        self.flush_partial(Stream::Stdout)?;
+        self.flush_partial(Stream::Stderr)?;
         self.file.flush()?;
         self.file = open_append(&self.path)?;
         Ok(())
@@ -243,109 +254,4 @@ impl CriLogWriter {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn timestamps_are_rfc3339_nano_utc() {
-        let t = UNIX_EPOCH + std::time::Duration::new(1_475_713_029, 669_794_202);
-        assert_eq!(rfc3339_nano(t), "2016-10-06T00:17:09.669794202Z");
-        assert_eq!(rfc3339_nano(UNIX_EPOCH), "1970-01-01T00:00:00.000000000Z");
-        let leap = UNIX_EPOCH + std::time::Duration::from_secs(951_782_400); // 2000-02-29
-        assert!(rfc3339_nano(leap).starts_with("2000-02-29T00:00:00"));
-    }
-
-    fn records(path: &Path) -> Vec<(String, String, String)> {
-        std::fs::read_to_string(path)
-            .expect("read")
-            .lines()
-            .map(|l| {
-                let mut p = l.splitn(4, ' ');
-                let ts = p.next().expect("ts");
-                assert!(ts.ends_with('Z') && ts.len() == 30, "{ts}");
-                (
-                    p.next().expect("stream").to_string(),
-                    p.next().expect("tag").to_string(),
-                    p.next().unwrap_or("").to_string(),
-                )
-            })
-            .collect()
-    }
-
-    #[test]
-    fn a_full_disk_drops_records_and_counts_them() {
-        // /dev/full answers every write with ENOSPC.
-        let mut w = CriLogWriter::open(Path::new("/dev/full"), 8).expect("open");
-        w.write(Stream::Stdout, b"one\ntwo\nthree")
-            .expect("not an error");
-        assert_eq!(w.dropped(), 2);
-        w.close_stream(Stream::Stdout).expect("not an error");
-        assert_eq!(w.dropped(), 3);
-    }
-
-    #[test]
-    fn a_line_cut_at_the_limit_still_ends() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let p = dir.path().join("0.log");
-        let mut w = CriLogWriter::open(&p, 4).expect("open");
-        w.write(Stream::Stdout, b"abcd").expect("w");
-        w.close_stream(Stream::Stdout).expect("close");
-        let tags: Vec<(String, String)> = records(&p).into_iter().map(|(_, t, b)| (t, b)).collect();
-        assert_eq!(
-            tags,
-            vec![("P".into(), "abcd".into()), ("F".into(), "".into())]
-        );
-    }
-
-    #[test]
-    fn records_parse_back() {
-        let r = parse_line(b"2026-01-01T00:00:00.000000001Z stderr P:x some text").expect("parses");
-        assert_eq!(
-            (r.stream, r.partial, r.body),
-            (Stream::Stderr, true, &b"some text"[..])
-        );
-        let r = parse_line(b"t stdout F").expect("an empty line");
-        assert_eq!(r.body, b"");
-        for bad in [
-            &b""[..],
-            b"t",
-            b"t stdin F x",
-            b"t stdout X x",
-            b" stdout F x",
-        ] {
-            assert_eq!(parse_line(bad), None, "{bad:?}");
-        }
-    }
-
-    #[test]
-    fn lines_partials_streams_and_reopen() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let p = dir.path().join("c/0.log");
-        let mut w = CriLogWriter::open(&p, 8).expect("open");
-        w.write(Stream::Stdout, b"hel").expect("w");
-        w.write(Stream::Stderr, b"oops\n").expect("w");
-        w.write(Stream::Stdout, b"lo\nabcdefghij").expect("w");
-        w.write(Stream::Stdout, b"k\n\n").expect("w");
-        w.write(Stream::Stdout, b"tail").expect("w");
-        std::fs::rename(&p, dir.path().join("c/0.log.1")).expect("rotate");
-        w.reopen().expect("reopen");
-        w.close_stream(Stream::Stdout).expect("close");
-        let old = records(&dir.path().join("c/0.log.1"));
-        let s = |a: &str, b: &str, c: &str| (a.to_string(), b.to_string(), c.to_string());
-        assert_eq!(
-            old,
-            vec![
-                s("stderr", "F", "oops"),
-                s("stdout", "F", "hello"),
-                s("stdout", "P", "abcdefgh"),
-                s("stdout", "F", "ijk"),
-                s("stdout", "F", ""),
-            ]
-        );
-        assert_eq!(
-            records(&p),
-            vec![s("stdout", "F", "tail")],
-            "nothing lost across the reopen"
-        );
-    }
-}
+mod tests;

@@ -141,12 +141,14 @@ impl Shim {
     fn handle(&mut self, req: ShimRequest) -> ShimResponse {
         match req.request {
             Some(Request::Create(c)) => self.create(&c),
-            Some(Request::ReopenLog(r)) => match self.logs.get_mut(&r.id) {
-                Some(w) => match w.reopen() {
+            Some(Request::ReopenLog(r)) => match self.logs.contains_key(&r.id) {
+                // What the container wrote before the reopen belongs to
+                // the old file: the pipes are drained into it first.
+                true => match self.drain_then_reopen(&r.id) {
                     Ok(()) => self.ok(&r.id),
                     Err(e) => reply_err(INTERNAL, format!("reopen log of {}: {e}", r.id)),
                 },
-                None => reply_err(
+                false => reply_err(
                     NOT_FOUND,
                     format!("container {} has no log in this shim", r.id),
                 ),
@@ -406,6 +408,14 @@ impl Shim {
             Ok(mut c) => c.delete(true).map(|()| 0).map_err(|e| format!("{e:#}")),
             Err(_) => Ok(0),
         })
+    }
+
+    fn drain_then_reopen(&mut self, id: &str) -> std::io::Result<()> {
+        self.drain_logs(Some(id));
+        match self.logs.get_mut(id) {
+            Some(w) => w.reopen(),
+            None => Ok(()),
+        }
     }
 
     /// Copies whatever the containers' pipes hold into their logs; at EOF

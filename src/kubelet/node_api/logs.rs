@@ -5,7 +5,9 @@
 //! `tailLines`, `timestamps` (each line prefixed with its RFC 3339 time),
 //! `sinceSeconds`/`sinceTime`, `limitBytes`, `previous` (the last
 //! terminated instance) and `follow` (new lines as they are written,
-//! until the container has stopped and everything is sent). The body is
+//! until the container has stopped and everything is sent). A line the
+//! container never ended (its last, written as partial records) is sent
+//! as it is, without a newline. The body is
 //! sent chunked, as it is produced.
 
 use super::{container_id, refuse, Request};
@@ -89,26 +91,47 @@ impl Reader {
             if r.partial {
                 continue;
             }
-            let time = self.first_time[i].take().unwrap_or_default();
-            let mut line = std::mem::take(&mut self.pending[i]);
-            let when = std::str::from_utf8(&time)
-                .ok()
-                .and_then(|t| t.parse::<Timestamp>().ok());
-            if let (Some(since), Some(w)) = (opts.since, when) {
-                if w < since {
-                    continue;
-                }
-            }
-            line.push(b'\n');
-            if opts.timestamps {
-                let mut t = time;
-                t.push(b' ');
-                t.extend_from_slice(&line);
-                line = t;
-            }
-            out.push(line);
+            out.extend(self.take_line(i, true, opts));
         }
         out
+    }
+
+    /// The text of partial records no full one ended: a stream's last
+    /// line, which its container never finished (shown without a newline,
+    /// as the kubelet shows it).
+    pub fn finish(&mut self, opts: &Options) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        for i in 0..2 {
+            if !self.pending[i].is_empty() {
+                out.extend(self.take_line(i, false, opts));
+            }
+        }
+        out
+    }
+
+    /// Stream `i`'s joined line, dated by its first record; None when
+    /// `since` leaves it out.
+    fn take_line(&mut self, i: usize, ended: bool, opts: &Options) -> Option<Vec<u8>> {
+        let time = self.first_time[i].take().unwrap_or_default();
+        let mut line = std::mem::take(&mut self.pending[i]);
+        let when = std::str::from_utf8(&time)
+            .ok()
+            .and_then(|t| t.parse::<Timestamp>().ok());
+        if let (Some(since), Some(w)) = (opts.since, when) {
+            if w < since {
+                return None;
+            }
+        }
+        if ended {
+            line.push(b'\n');
+        }
+        if opts.timestamps {
+            let mut t = time;
+            t.push(b' ');
+            t.extend_from_slice(&line);
+            line = t;
+        }
+        Some(line)
     }
 }
 
@@ -156,6 +179,9 @@ pub async fn serve<S: AsyncWrite + Unpin>(s: &mut S, ctx: &Ctx, req: &Request) -
     let mut data = Vec::new();
     f.read_to_end(&mut data).await?;
     let mut lines = reader.lines(&data, &opts);
+    if !follow {
+        lines.extend(reader.finish(&opts));
+    }
     if let Some(n) = opts.tail {
         lines.drain(..lines.len().saturating_sub(n));
     }
@@ -185,6 +211,7 @@ pub async fn serve<S: AsyncWrite + Unpin>(s: &mut S, ctx: &Ctx, req: &Request) -
             if more.is_empty() {
                 idle += 1;
                 if idle.is_multiple_of(5) && !running(ctx, &id).await {
+                    chunk(s, &take(&mut left, reader.finish(&opts))).await?;
                     break;
                 }
                 continue;
@@ -218,6 +245,11 @@ mod tests {
             .map(|l| String::from_utf8_lossy(l).into())
             .collect();
         assert_eq!(text, ["one\n", "err\n", "two\n", "three\n"]);
+        let mut r = Reader::default();
+        let cut = format!("{LOG}2026-01-01T00:00:04Z stdout P DONE\n");
+        assert_eq!(r.lines(cut.as_bytes(), &Options::default()).len(), 4);
+        assert_eq!(r.finish(&Options::default()), [b"DONE".to_vec()]);
+        assert!(r.finish(&Options::default()).is_empty());
         let ts = Options {
             timestamps: true,
             ..Default::default()
