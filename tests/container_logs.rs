@@ -1,6 +1,6 @@
 //! Real containers' CRI log files, record by record, as containerd writes
-//! them, and read back by the kubelet's rules (`parseCRILog`: a record's
-//! text plus a newline, cut off again when the record is partial): a last
+//! them, and read back by the kubelet's rules (a record's text plus a
+//! newline, cut off again when the record is partial): a last
 //! line the container never ended, lines at the length limit, stdout and
 //! stderr interleaved, a restart (each attempt its own file), and
 //! ReopenContainerLog in the middle of a line.
@@ -8,10 +8,10 @@
 
 mod common;
 
-use common::ctr::{app_image, ccfg, container_status, create_start, pod_config, stop_remove_pod};
+use common::ctr::{app_image, ccfg, create_start, pod_config, stop_remove_pod, wait_exited};
 use common::pod::*;
-use common::server::Husk;
 use husk::api::cri::*;
+use husk::kubelet::node_api::logs::{Options, Reader};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -45,30 +45,18 @@ fn of(stream: &str, recs: &[Rec]) -> Vec<Rec> {
     recs.iter().filter(|r| r.0 == stream).cloned().collect()
 }
 
-/// What `kubectl logs` shows of these files, by the kubelet's rules.
+/// What `kubectl logs` shows of each file in turn, read by husk kubelet's
+/// reader of the kubelet's rules: a partial record's text goes on in the
+/// stream's next record; a last line never ended is shown as it is.
 fn kubelet_reads(files: &[&Path]) -> String {
-    let mut out = String::new();
+    let mut out = Vec::new();
     for f in files {
-        for (_, tag, text) in records(f) {
-            out.push_str(&text);
-            if tag != "P" {
-                out.push('\n');
-            }
-        }
+        let mut r = Reader::default();
+        let o = Options::default();
+        out.extend(r.lines(&std::fs::read(f).unwrap(), &o).concat());
+        out.extend(r.finish(&o).concat());
     }
-    out
-}
-
-async fn wait_exit(h: &Husk, id: &str) -> ContainerStatus {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let st = container_status(h, id).await;
-        if st.state == ContainerState::ContainerExited as i32 {
-            return st;
-        }
-        assert!(Instant::now() < deadline, "{id} did not exit: {st:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    String::from_utf8(out).unwrap()
 }
 
 fn log_file(pc: &PodSandboxConfig, rel: &str) -> PathBuf {
@@ -95,7 +83,7 @@ async fn log_records_at_every_edge() {
         sh("done", "echo started; printf DONE; exit 1"),
     )
     .await;
-    assert_eq!(wait_exit(&p.h, &id).await.exit_code, 1);
+    assert_eq!(wait_exited(&p.h, &id).await.exit_code, 1);
     let first = log_file(&pc, "done/0.log");
     assert_eq!(
         records(&first),
@@ -112,7 +100,7 @@ async fn log_records_at_every_edge() {
     c.metadata.as_mut().unwrap().attempt = 1;
     c.log_path = "done/1.log".into();
     let id = create_start(&p.h, &pod, &pc, c).await;
-    wait_exit(&p.h, &id).await;
+    wait_exited(&p.h, &id).await;
     assert_eq!(
         records(&log_file(&pc, "done/1.log")),
         vec![rec("stdout", "F", "second"), rec("stderr", "P", "tail")]
@@ -131,7 +119,7 @@ async fn log_records_at_every_edge() {
         fill(MAX, 'z')
     );
     let id = create_start(&p.h, &pod, &pc, sh("limit", &script)).await;
-    wait_exit(&p.h, &id).await;
+    wait_exited(&p.h, &id).await;
     let limit = log_file(&pc, "limit/0.log");
     let x = |n: usize, c: &str| c.repeat(n);
     assert_eq!(
@@ -153,7 +141,7 @@ async fn log_records_at_every_edge() {
     let script =
         "printf out-a; echo err >&2; printf warn >&2; echo ' out-b'; echo ing >&2; printf end";
     let id = create_start(&p.h, &pod, &pc, sh("mixed", script)).await;
-    wait_exit(&p.h, &id).await;
+    wait_exited(&p.h, &id).await;
     let mixed = records(&log_file(&pc, "mixed/0.log"));
     assert_eq!(
         of("stdout", &mixed),
@@ -197,7 +185,7 @@ async fn log_records_at_every_edge() {
         .unwrap()
         .into_inner();
     assert_eq!(r.exit_code, 0, "{r:?}");
-    wait_exit(&p.h, &id).await;
+    wait_exited(&p.h, &id).await;
     assert_eq!(
         records(&old),
         vec![rec("stderr", "F", "mark"), rec("stdout", "P", "hal")]

@@ -5,10 +5,9 @@
 
 mod common;
 
-use common::ctr::{ccfg, container_status as status_of, create_start, pod_config};
+use common::ctr::{ccfg, container_status as status_of, create_start, pod_config, wait_exited};
 use common::images::*;
 use common::pod::*;
-use common::server::Husk;
 use husk::api::cri::*;
 use std::time::{Duration, Instant};
 
@@ -24,21 +23,6 @@ async fn app_image(p: &Pod) -> String {
     let r = format!("{}/app/busybox:v1", p.reg.host());
     p.h.pull(&r).await.unwrap();
     r
-}
-
-async fn wait_exit(h: &Husk, id: &str) -> ContainerStatus {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let st = status_of(h, id).await;
-        if st.state == ContainerState::ContainerExited as i32 {
-            return st;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "container {id} did not exit: {st:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 fn log_lines(pc: &PodSandboxConfig, name: &str) -> Vec<(String, String, String)> {
@@ -79,7 +63,7 @@ async fn run_exit_codes_env_users_logs_and_cleanup() {
         value: "config".into(),
     }];
     let id = create_start(&p.h, &pod, &pc, c).await;
-    let st = wait_exit(&p.h, &id).await;
+    let st = wait_exited(&p.h, &id).await;
     assert_eq!((st.exit_code, st.reason.as_str()), (0, "Completed"));
     assert!(
         st.started_at >= st.created_at
@@ -105,7 +89,7 @@ async fn run_exit_codes_env_users_logs_and_cleanup() {
         },
     ];
     let id = create_start(&p.h, &pod, &pc, c).await;
-    let st = wait_exit(&p.h, &id).await;
+    let st = wait_exited(&p.h, &id).await;
     assert_eq!((st.exit_code, st.reason.as_str()), (3, "Error"));
     let lines = log_lines(&pc, "args");
     assert!(
@@ -140,7 +124,7 @@ async fn run_exit_codes_env_users_logs_and_cleanup() {
     sc.run_as_user = Some(Int64Value { value: 65534 });
     sc.run_as_group = Some(Int64Value { value: 65534 });
     let id = create_start(&p.h, &pod, &pc, c).await;
-    assert_eq!(wait_exit(&p.h, &id).await.exit_code, 0);
+    assert_eq!(wait_exited(&p.h, &id).await.exit_code, 0);
     let lines = log_lines(&pc, "user");
     assert_eq!(lines[0].2, "65534");
     assert_eq!(lines[1].2, "65534");
@@ -164,7 +148,7 @@ async fn run_exit_codes_env_users_logs_and_cleanup() {
         .unwrap()
         .readonly_rootfs = true;
     let id = create_start(&p.h, &pod, &pc, c).await;
-    assert_ne!(wait_exit(&p.h, &id).await.exit_code, 0);
+    assert_ne!(wait_exited(&p.h, &id).await.exit_code, 0);
 
     // A memory limit is enforced: OOMKilled.
     let mut c = ccfg(
@@ -187,7 +171,7 @@ async fn run_exit_codes_env_users_logs_and_cleanup() {
         ..Default::default()
     });
     let id = create_start(&p.h, &pod, &pc, c).await;
-    let st = wait_exit(&p.h, &id).await;
+    let st = wait_exited(&p.h, &id).await;
     assert_eq!((st.exit_code, st.reason.as_str()), (137, "OOMKilled"));
     let limit = st
         .resources
@@ -232,7 +216,7 @@ async fn run_exit_codes_env_users_logs_and_cleanup() {
         t.elapsed() >= Duration::from_millis(900),
         "waited for the grace period"
     );
-    let st = wait_exit(&p.h, &id).await;
+    let st = wait_exited(&p.h, &id).await;
     assert_eq!(st.exit_code, 137);
     rt.stop_container(StopContainerRequest {
         container_id: id.clone(),
@@ -280,7 +264,7 @@ async fn run_exit_codes_env_users_logs_and_cleanup() {
         "took {:?}",
         t.elapsed()
     );
-    assert_eq!(wait_exit(&p.h, &slow).await.exit_code, 137);
+    assert_eq!(wait_exited(&p.h, &slow).await.exit_code, 137);
     rt.remove_container(RemoveContainerRequest { container_id: slow })
         .await
         .unwrap();
@@ -356,7 +340,7 @@ async fn localhost_mounts_capabilities_privileged_and_log_reopen() {
     create_start(&p.h, &pod, &pc, server).await;
     let client = ccfg(&image, "client", &["/bin/sh", "-c", "for i in 1 2 3 4 5 6 7 8 9 10; do timeout 2 wget -q -O - http://127.0.0.1:8080/index.html && exit 0; sleep 0.2; done; exit 1"], &[]);
     let id = create_start(&p.h, &pod, &pc, client).await;
-    assert_eq!(wait_exit(&p.h, &id).await.exit_code, 0);
+    assert_eq!(wait_exited(&p.h, &id).await.exit_code, 0);
     assert!(log_lines(&pc, "client")
         .iter()
         .any(|l| l.2 == "from-the-neighbour"));
@@ -385,7 +369,7 @@ async fn localhost_mounts_capabilities_privileged_and_log_reopen() {
         ..Default::default()
     }];
     let id = create_start(&p.h, &pod, &pc, c).await;
-    assert_eq!(wait_exit(&p.h, &id).await.exit_code, 0);
+    assert_eq!(wait_exited(&p.h, &id).await.exit_code, 0);
     assert!(log_lines(&pc, "mount").iter().any(|l| l.2 == "mounted"));
     let st = status_of(&p.h, &id).await;
     assert_eq!(
@@ -411,7 +395,7 @@ async fn localhost_mounts_capabilities_privileged_and_log_reopen() {
     }];
     let id = create_start(&p.h, &pod, &pc, c).await;
     assert_eq!(
-        wait_exit(&p.h, &id).await.exit_code,
+        wait_exited(&p.h, &id).await.exit_code,
         0,
         "the mapped device is writable"
     );
@@ -426,7 +410,7 @@ async fn localhost_mounts_capabilities_privileged_and_log_reopen() {
         ..Default::default()
     }];
     let id = create_start(&p.h, &pod, &pc, c).await;
-    assert_eq!(wait_exit(&p.h, &id).await.exit_code, 0);
+    assert_eq!(wait_exited(&p.h, &id).await.exit_code, 0);
     assert_eq!(std::fs::read_to_string(missing.join("f")).unwrap(), "hi\n");
 
     // A dropped capability denies (and is really there when kept).
@@ -444,7 +428,7 @@ async fn localhost_mounts_capabilities_privileged_and_log_reopen() {
     });
     let id = create_start(&p.h, &pod, &pc, c).await;
     assert_ne!(
-        wait_exit(&p.h, &id).await.exit_code,
+        wait_exited(&p.h, &id).await.exit_code,
         0,
         "chown denied without CAP_CHOWN"
     );
@@ -456,7 +440,7 @@ async fn localhost_mounts_capabilities_privileged_and_log_reopen() {
     )
     .await;
     assert_eq!(
-        wait_exit(&p.h, &id).await.exit_code,
+        wait_exited(&p.h, &id).await.exit_code,
         0,
         "chown allowed with the default set"
     );
@@ -480,7 +464,7 @@ async fn localhost_mounts_capabilities_privileged_and_log_reopen() {
         .unwrap()
         .privileged = true;
     let id = create_start(&p.h, &pod, &pc, c).await;
-    assert_eq!(wait_exit(&p.h, &id).await.exit_code, 0);
+    assert_eq!(wait_exited(&p.h, &id).await.exit_code, 0);
     let c = ccfg(
         &image,
         "unpriv",
@@ -492,7 +476,7 @@ async fn localhost_mounts_capabilities_privileged_and_log_reopen() {
         &[],
     );
     let id = create_start(&p.h, &pod, &pc, c).await;
-    assert_ne!(wait_exit(&p.h, &id).await.exit_code, 0);
+    assert_ne!(wait_exited(&p.h, &id).await.exit_code, 0);
 
     // Seccomp. RuntimeDefault is an allowlist: unshare(2) is not on it
     // without CAP_SYS_ADMIN (a user namespace needs no capability, so only
@@ -533,7 +517,7 @@ async fn localhost_mounts_capabilities_privileged_and_log_reopen() {
             localhost_ref: String::new(),
         });
         let id = create_start(&p.h, &pod, &pc, c).await;
-        let exit = wait_exit(&p.h, &id).await.exit_code;
+        let exit = wait_exited(&p.h, &id).await.exit_code;
         assert_eq!(
             exit == 0,
             want_ok,
@@ -552,7 +536,7 @@ async fn localhost_mounts_capabilities_privileged_and_log_reopen() {
             localhost_ref: "k8s-apparmor-example".into(),
         });
         let id = create_start(&p.h, &pod, &pc, c).await;
-        assert_eq!(wait_exit(&p.h, &id).await.exit_code, 0);
+        assert_eq!(wait_exited(&p.h, &id).await.exit_code, 0);
         let log = p.h.log();
         assert!(
             log.lines()
@@ -824,7 +808,7 @@ async fn containers_survive_a_server_kill_and_a_killed_shim() {
     let state = |id: &str| list.iter().find(|c| c.id == id).map(|c| c.state).unwrap();
     assert_eq!(state(&long), ContainerState::ContainerRunning as i32);
     assert_eq!(state(&short), ContainerState::ContainerExited as i32);
-    let st = wait_exit(&p.h, &short).await;
+    let st = wait_exited(&p.h, &short).await;
     assert_eq!(
         (st.exit_code, st.reason.as_str()),
         (7, "Error"),

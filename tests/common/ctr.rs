@@ -192,6 +192,14 @@ macro_rules! wait_for {
     }};
 }
 
+/// Waits (up to 2 minutes) for a container to exit; its status then.
+pub async fn wait_exited(h: &Husk, id: &str) -> ContainerStatus {
+    crate::wait_for!(120, format!("{id} to exit"), {
+        let st = container_status(h, id).await;
+        (st.state == ContainerState::ContainerExited as i32).then_some(st)
+    })
+}
+
 /// A v1 controller's directory for a container (`<parent>/<id>`).
 pub fn cgroup_dir(p: &Pod, controller: &str, id: &str) -> PathBuf {
     PathBuf::from("/sys/fs/cgroup")

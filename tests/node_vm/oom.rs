@@ -3,18 +3,11 @@
 //! pod cgroup), and an exec killed in a container.
 
 use super::*;
-use common::ctr::{app_image, ccfg, container_status, create_start};
+use common::ctr::{app_image, ccfg, create_start, wait_exited};
 use common::pod::{leftovers, run, setup};
 
 /// Allocates far more than any limit here, in one process.
 const HOG: &str = "dd if=/dev/zero of=/dev/null bs=256M count=1";
-
-async fn wait_exited(h: &Husk, id: &str) -> ContainerStatus {
-    crate::wait_for!(120, format!("{id} to exit"), {
-        let st = container_status(h, id).await;
-        (st.state == ContainerState::ContainerExited as i32).then_some(st)
-    })
-}
 
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "runs in the node VM (cgroup_v2_node)"]

@@ -8,7 +8,7 @@
 //! systemd out of reach over D-Bus as a clear error at start.
 
 use super::*;
-use common::ctr::{app_image, ccfg, container_status, create_start, try_create};
+use common::ctr::{app_image, ccfg, create_start, try_create, wait_exited};
 use common::pod::{leftovers, run, setup_with};
 use std::process::Command;
 
@@ -61,13 +61,6 @@ fn drop_slice(name: &str) {
     let _ = Command::new("systemctl").args(["stop", name]).status();
     let _ = std::fs::remove_file(Path::new("/run/systemd/system").join(name));
     systemctl(&["daemon-reload"]);
-}
-
-async fn wait_exited(h: &Husk, id: &str) -> ContainerStatus {
-    crate::wait_for!(120, format!("{id} to exit"), {
-        let st = container_status(h, id).await;
-        (st.state == ContainerState::ContainerExited as i32).then_some(st)
-    })
 }
 
 fn scope_dir(slice: &str, id: &str) -> PathBuf {
