@@ -141,17 +141,15 @@ impl Shim {
     fn handle(&mut self, req: ShimRequest) -> ShimResponse {
         match req.request {
             Some(Request::Create(c)) => self.create(&c),
-            Some(Request::ReopenLog(r)) => match self.logs.contains_key(&r.id) {
-                // What the container wrote before the reopen belongs to
-                // the old file: the pipes are drained into it first.
-                true => match self.drain_then_reopen(&r.id) {
-                    Ok(()) => self.ok(&r.id),
-                    Err(e) => reply_err(INTERNAL, format!("reopen log of {}: {e}", r.id)),
-                },
-                false => reply_err(
-                    NOT_FOUND,
-                    format!("container {} has no log in this shim", r.id),
-                ),
+            Some(Request::ReopenLog(r)) if !self.logs.contains_key(&r.id) => reply_err(
+                NOT_FOUND,
+                format!("container {} has no log in this shim", r.id),
+            ),
+            // What the container wrote before the reopen belongs to the
+            // old file: the pipes are drained into it first.
+            Some(Request::ReopenLog(r)) => match self.drain_then_reopen(&r.id) {
+                Ok(()) => self.ok(&r.id),
+                Err(e) => reply_err(INTERNAL, format!("reopen log of {}: {e}", r.id)),
             },
             Some(Request::Start(s)) => self.start(&s.id),
             Some(Request::Kill(k)) => self.kill(&k.id, k.signal, k.all),
@@ -419,7 +417,8 @@ impl Shim {
     }
 
     /// Copies whatever the containers' pipes hold into their logs; at EOF
-    /// the stream's last line is written and the pipe dropped. `only`
+    /// the stream's unended last line is written (a partial record) and
+    /// the pipe dropped. `only`
     /// limits it to one container.
     pub(super) fn drain_logs(&mut self, only: Option<&str>) {
         let mut buf = vec![0u8; 64 * 1024];
