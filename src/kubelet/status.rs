@@ -52,27 +52,17 @@ pub fn log_tail(path: &str, lines: usize, max: usize) -> String {
     log_tail_text(&std::fs::read(path).unwrap_or_default(), lines, max)
 }
 
-/// `log_tail` of a CRI log's bytes, as the kubelet reads it back: partial
-/// records joined, each ended line with its newline, an unfinished last
-/// line as it is; lines that are not CRI records skipped.
+/// `log_tail` of a CRI log's bytes, read back by the kubelet API's reader
+/// (`node_api::logs::Reader`): each stream's partial records joined, each
+/// ended line with its newline, an unfinished last line as it is; lines
+/// that are not CRI records skipped.
 pub fn log_tail_text(text: &[u8], lines: usize, max: usize) -> String {
-    let mut out: Vec<String> = Vec::new();
-    let mut partial = String::new();
-    for l in text.split(|b| *b == b'\n') {
-        let Some(rec) = crate::logs::parse_line(l) else {
-            continue;
-        };
-        partial.push_str(&String::from_utf8_lossy(rec.body));
-        if !rec.partial {
-            partial.push('\n');
-            out.push(std::mem::take(&mut partial));
-        }
-    }
-    if !partial.is_empty() {
-        out.push(partial);
-    }
+    use super::node_api::logs::{Options, Reader};
+    let (mut r, o) = (Reader::default(), Options::default());
+    let mut out = r.lines(text, &o);
+    out.extend(r.finish(&o));
     let start = out.len().saturating_sub(lines);
-    let mut s = out[start..].concat();
+    let mut s = String::from_utf8_lossy(&out[start..].concat()).into_owned();
     if s.len() > max {
         let cut = s.len() - max;
         let cut = (cut..s.len())
