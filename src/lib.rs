@@ -24,3 +24,4 @@ pub mod shim;
 pub mod store;
 pub mod streaming;
 pub mod sys;
+pub mod timing;

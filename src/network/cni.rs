@@ -362,8 +362,11 @@ impl Cni {
     /// plugins already run are undone (DEL) before the error is returned.
     pub fn add(&self, net: &NetworkList, att: &Attachment) -> Result<Value, CniError> {
         let mut prev: Option<Value> = None;
+        let mut steps = crate::timing::Stages::new("CNI ADD");
         for (i, plugin) in net.plugins.iter().enumerate() {
-            match self.exec("ADD", net, plugin, att, prev.as_ref()) {
+            let r = self.exec("ADD", net, plugin, att, prev.as_ref());
+            steps.end(plugin["type"].as_str().unwrap_or_default());
+            match r {
                 Ok(r) if !r.is_null() => prev = Some(r),
                 Ok(_) => {}
                 Err(e) => {
@@ -387,6 +390,8 @@ impl Cni {
         };
         crate::store::atomic::write_json(&self.cache_path(net, att), &rec)
             .map_err(io("write CNI result cache"))?;
+        steps.end("cache");
+        steps.finish();
         Ok(result)
     }
 
@@ -402,12 +407,16 @@ impl Cni {
     pub fn del(&self, net: &NetworkList, att: &Attachment) -> Result<(), CniError> {
         let prev = self.cached(net, att);
         let mut first_err = None;
+        let mut steps = crate::timing::Stages::new("CNI DEL");
         for plugin in net.plugins.iter().rev() {
-            if let Err(e) = self.exec("DEL", net, plugin, att, prev.as_ref()) {
+            let r = self.exec("DEL", net, plugin, att, prev.as_ref());
+            steps.end(plugin["type"].as_str().unwrap_or_default());
+            if let Err(e) = r {
                 tracing::warn!(error = %e, "CNI DEL failed");
                 first_err.get_or_insert(e);
             }
         }
+        steps.finish();
         if let Some(e) = first_err {
             return Err(e);
         }

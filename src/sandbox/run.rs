@@ -11,7 +11,7 @@ use crate::store::atomic;
 use prost::Message;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::manager::*;
 use super::teardown::wait_gone;
@@ -151,8 +151,7 @@ impl SandboxManager {
         runtime_handler: String,
         undo: &mut Undo,
     ) -> Result<SandboxRecord, SandboxError> {
-        let t0 = Instant::now();
-        let mut steps: Vec<(&str, Duration)> = Vec::new();
+        let mut steps = crate::timing::Stages::new("RunPodSandbox");
         let md = c.metadata.clone().unwrap_or_default();
         let (net_mode, pid_mode, ipc_mode) = mode(c);
         let host_net = net_mode == NamespaceMode::Node;
@@ -237,7 +236,7 @@ impl SandboxManager {
             Some(pin(NsKind::Ipc, undo, None)?)
         };
 
-        steps.push(("namespaces", t0.elapsed()));
+        steps.end("namespaces");
         // CNI ADD runs on its own thread while the pause container is
         // prepared and started: both need only the pinned netns. A failure anywhere
         // before the join still joins it and undoes the ADD.
@@ -284,7 +283,7 @@ impl SandboxManager {
             Some(p)
         };
 
-        steps.push(("shm", t0.elapsed()));
+        steps.end("shm");
         // The pause container's bundle: an overlay of the pause image.
         let bundle = dir.join("bundle");
         let rootfs = bundle.join("rootfs");
@@ -382,12 +381,12 @@ impl SandboxManager {
         atomic::write_json(&bundle.join("config.json"), &config)
             .map_err(SandboxError::io("write pause config"))?;
 
-        steps.push(("bundle", t0.elapsed()));
+        steps.end("bundle");
         // Files the containers will share.
         files::write_all(&dir, c.dns_config.as_ref(), &hostname, None)
             .map_err(SandboxError::io("write pod files"))?;
 
-        steps.push(("files", t0.elapsed()));
+        steps.end("files");
         // The shim, then the pause container in it.
         let spawned = shim_job.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(h) = spawned {
@@ -395,7 +394,7 @@ impl SandboxManager {
                 .map_err(|_| SandboxError::Shim("shim start thread panicked".into()))?
                 .map_err(|e| SandboxError::Shim(e.to_string()))?;
         }
-        steps.push(("shim", t0.elapsed()));
+        steps.end("shim");
         shim_call(
             &shim_dir,
             Request::Create(crate::api::shim::CreateRequest {
@@ -410,7 +409,7 @@ impl SandboxManager {
             &shim_dir,
             Request::Start(crate::api::shim::StartRequest { id: id.to_string() }),
         )?;
-        steps.push(("pause", t0.elapsed()));
+        steps.end("pause");
         let pause_pid = started.state.map(|s| s.pid).unwrap_or(0);
 
         // Network: the CNI ADD started above, joined now.
@@ -438,7 +437,7 @@ impl SandboxManager {
             .map_err(SandboxError::io("write pod files"))?;
         }
 
-        steps.push(("cni", t0.elapsed()));
+        steps.end("cni wait");
         let rec = SandboxRecord {
             version: RECORD_VERSION,
             id: id.to_string(),
@@ -467,7 +466,8 @@ impl SandboxManager {
             stopped: false,
         };
         self.write_record(&rec)?;
-        tracing::debug!(pod_sandbox_id = %id, ?steps, "sandbox created");
+        steps.end("record");
+        steps.finish();
         Ok(rec)
     }
 }

@@ -141,7 +141,7 @@ impl SandboxManager {
         };
         let shim_dir = self.shim_dir(id);
         let t0 = Instant::now();
-        let mut steps: Vec<(&str, Duration)> = Vec::new();
+        let mut steps = crate::timing::Stages::new("RemovePodSandbox");
         tracing::debug!(pod_sandbox_id = %id, shim = ?client::pid(&shim_dir), state = shim_dir.join("youki").join(id).exists(), "removing");
         self.ensure_shim(id, id)?;
         if client::pid(&shim_dir).is_some() {
@@ -162,18 +162,18 @@ impl SandboxManager {
             shim_call(&shim_dir, Request::Shutdown(ShutdownRequest {}))?;
             wait_gone(&shim_dir, Duration::from_secs(10));
         }
-        steps.push(("shim", t0.elapsed()));
+        steps.end("shim");
         let dir = self.sandbox_dir(id);
         for m in crate::sys::mounts_under(&dir) {
             rustix::mount::unmount(&m, rustix::mount::UnmountFlags::DETACH)
                 .map_err(|e| SandboxError::io(format!("unmount {}", m.display()))(e.into()))?;
         }
-        steps.push(("unmount", t0.elapsed()));
+        steps.end("unmount");
         for p in [&rec.netns, &rec.ipcns, &rec.utsns].into_iter().flatten() {
             netns::remove(p).map_err(SandboxError::io("remove namespace pin"))?;
         }
         let _ = std::fs::remove_dir(self.paths.state.join("ns").join(id));
-        steps.push(("namespaces", t0.elapsed()));
+        steps.end("namespaces");
         let _ = std::fs::remove_dir_all(&shim_dir);
         std::fs::remove_dir_all(&dir)
             .or_else(|e| {
@@ -187,6 +187,8 @@ impl SandboxManager {
         let mut inner = self.lock_inner();
         inner.records.remove(id);
         inner.names.remove(&rec.reserved_name());
+        steps.end("files");
+        let steps = steps.finish();
         tracing::info!(pod_sandbox_id = %id, ms = t0.elapsed().as_secs_f64() * 1e3, ?steps, "pod sandbox removed");
         Ok(())
     }
