@@ -17,7 +17,7 @@ use crate::store::atomic;
 impl ContainerManager {
     /// Saves `r` and raises `kind` under the map lock.
     pub(super) fn save_raising(&self, r: &ContainerRecord, kind: Kind) -> Result<(), SandboxError> {
-        atomic::write_json(&self.dir(&r.id).join("container.json"), r)
+        atomic::write_state_json(&self.dir(&r.id).join("container.json"), r)
             .map_err(SandboxError::io("write container record"))?;
         let mut g = self.lock();
         g.0.insert(r.id.clone(), r.clone());
@@ -40,7 +40,7 @@ impl ContainerManager {
             }
         }
         // Not recreated if a removal took the directory meanwhile.
-        if let Err(e) = atomic::replace_json(&self.dir(&r.id).join("container.json"), &r) {
+        if let Err(e) = atomic::replace_state_json(&self.dir(&r.id).join("container.json"), &r) {
             tracing::debug!(container_id = %r.id, error = %e, "exit record not written");
         }
         r

@@ -62,13 +62,13 @@ impl ContainerManager {
         let linux = cfg.linux.get_or_insert_with(Default::default);
         let merged = resources::merge(&linux.resources.clone().unwrap_or_default(), new);
         linux.resources = Some(merged.clone());
-        atomic::write_file(&dir.join("config.pb"), &cfg.encode_to_vec())
+        atomic::write_state_file(&dir.join("config.pb"), &cfg.encode_to_vec())
             .map_err(SandboxError::io("record container resources"))?;
         let spec_path = dir.join("config.json");
         if let Ok(Some(mut spec)) = atomic::read_json::<serde_json::Value>(&spec_path) {
             if let Some(res) = spec.get_mut("linux").and_then(|l| l.get_mut("resources")) {
                 super::spec::set_resources(res, &merged);
-                atomic::write_json(&spec_path, &spec)
+                atomic::write_state_json(&spec_path, &spec)
                     .map_err(SandboxError::io("record resources in the container spec"))?;
             }
         }

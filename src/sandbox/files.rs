@@ -42,9 +42,12 @@ pub fn write_all(
     hostname: &str,
     ip: Option<&str>,
 ) -> std::io::Result<()> {
-    crate::store::atomic::write_file(&dir.join("resolv.conf"), resolv_conf(dns)?.as_bytes())?;
-    crate::store::atomic::write_file(&dir.join("hostname"), format!("{hostname}\n").as_bytes())?;
-    crate::store::atomic::write_file(&dir.join("hosts"), hosts(hostname, ip).as_bytes())
+    crate::store::atomic::write_state_file(&dir.join("resolv.conf"), resolv_conf(dns)?.as_bytes())?;
+    crate::store::atomic::write_state_file(
+        &dir.join("hostname"),
+        format!("{hostname}\n").as_bytes(),
+    )?;
+    crate::store::atomic::write_state_file(&dir.join("hosts"), hosts(hostname, ip).as_bytes())
 }
 
 #[cfg(test)]

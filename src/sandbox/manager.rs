@@ -188,7 +188,7 @@ impl SandboxManager {
     }
 
     pub(super) fn write_record(&self, rec: &SandboxRecord) -> Result<(), SandboxError> {
-        atomic::write_json(&self.sandbox_dir(&rec.id).join("sandbox.json"), rec)
+        atomic::write_state_json(&self.sandbox_dir(&rec.id).join("sandbox.json"), rec)
             .map_err(SandboxError::io(format!("write sandbox record {}", rec.id)))?;
         self.lock_inner()
             .records

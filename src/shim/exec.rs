@@ -172,7 +172,7 @@ fn write_process(
     process["args"] = serde_json::json!(args);
     process["terminal"] = serde_json::json!(false);
     let executor = super::tenant::TenantExecutor::prepare(&spec, &mut process)?;
-    crate::store::atomic::write_json(file, &process).map_err(|e| e.to_string())?;
+    crate::store::atomic::write_state_json(file, &process).map_err(|e| e.to_string())?;
     Ok(executor)
 }
 

@@ -442,7 +442,7 @@ fn start_exec(
     }
     let executor = super::tenant::TenantExecutor::prepare(&spec, &mut process)?;
     let file = dir.join(format!("exec-{:016x}.json", rand::random::<u64>()));
-    crate::store::atomic::write_json(&file, &process).map_err(|e| e.to_string())?;
+    crate::store::atomic::write_state_json(&file, &process).map_err(|e| e.to_string())?;
     let null = || {
         std::fs::File::open("/dev/null")
             .map(OwnedFd::from)

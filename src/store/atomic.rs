@@ -1,24 +1,40 @@
-//! Atomic file replacement (temp file + fsync + rename + directory fsync).
+//! Atomic file replacement: a temp file renamed over the target.
+//!
+//! Two kinds of files are written this way. What must outlive the node's
+//! next boot (images, their records, the node's own settings) is synced
+//! before and after the rename: [`write_file`], [`write_json`]. The state
+//! of pods and containers (records, bundles, the pod's hosts and
+//! resolv.conf, exit records, the CNI result cache) lives only as long as
+//! the node runs: every pod dies with it, and recovery discards a record it
+//! cannot read together with what it stood for. Its files are replaced
+//! atomically against a crash of husk, which is what they need, without
+//! waiting for the disk: [`write_state_file`], [`write_state_json`],
+//! [`replace_state_json`].
 
 use serde::{de::DeserializeOwned, Serialize};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::Path;
 
-/// Writes `data` to `path` atomically.
+/// Writes `data` to `path` atomically and durably.
 pub fn write_file(path: &Path, data: &[u8]) -> io::Result<()> {
-    write_file_in(path, data, true)
+    write_file_in(path, data, true, true)
 }
 
-/// Replaces `path` atomically, failing (NotFound) if its directory is gone
-/// rather than creating it again: for records a concurrent removal may
-/// have deleted.
-pub fn replace_json<T: Serialize>(path: &Path, value: &T) -> io::Result<()> {
+/// Writes runtime state `data` to `path` atomically (not synced).
+pub fn write_state_file(path: &Path, data: &[u8]) -> io::Result<()> {
+    write_file_in(path, data, true, false)
+}
+
+/// Replaces runtime state at `path` atomically (not synced), failing
+/// (NotFound) if its directory is gone rather than creating it again: for
+/// records a concurrent removal may have deleted.
+pub fn replace_state_json<T: Serialize>(path: &Path, value: &T) -> io::Result<()> {
     let data = serde_json::to_vec_pretty(value).map_err(io::Error::other)?;
-    write_file_in(path, &data, false)
+    write_file_in(path, &data, false, false)
 }
 
-fn write_file_in(path: &Path, data: &[u8], create_dir: bool) -> io::Result<()> {
+fn write_file_in(path: &Path, data: &[u8], create_dir: bool, sync: bool) -> io::Result<()> {
     let dir = path.parent().ok_or_else(|| {
         io::Error::new(io::ErrorKind::InvalidInput, "path has no parent directory")
     })?;
@@ -37,9 +53,14 @@ fn write_file_in(path: &Path, data: &[u8], create_dir: bool) -> io::Result<()> {
     let result = (|| {
         let mut f = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
         f.write_all(data)?;
-        f.sync_all()?;
+        if sync {
+            f.sync_all()?;
+        }
         fs::rename(&tmp, path)?;
-        File::open(dir)?.sync_all()
+        if sync {
+            File::open(dir)?.sync_all()?;
+        }
+        Ok(())
     })();
     if result.is_err() {
         let _ = fs::remove_file(&tmp);
@@ -47,10 +68,17 @@ fn write_file_in(path: &Path, data: &[u8], create_dir: bool) -> io::Result<()> {
     result
 }
 
-/// Serializes `value` as JSON and writes it atomically.
+/// Serializes `value` as JSON and writes it atomically and durably.
 pub fn write_json<T: Serialize>(path: &Path, value: &T) -> io::Result<()> {
     let data = serde_json::to_vec_pretty(value).map_err(io::Error::other)?;
     write_file(path, &data)
+}
+
+/// Serializes runtime state `value` as JSON and writes it atomically (not
+/// synced).
+pub fn write_state_json<T: Serialize>(path: &Path, value: &T) -> io::Result<()> {
+    let data = serde_json::to_vec_pretty(value).map_err(io::Error::other)?;
+    write_state_file(path, &data)
 }
 
 /// Reads a JSON record; `Ok(None)` when the file does not exist.
