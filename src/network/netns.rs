@@ -1,9 +1,10 @@
 //! Network (and other) namespaces pinned with bind mounts, so they outlive
 //! the processes in them and can be joined by path.
 //!
-//! A namespace is created on a short-lived OS thread that `unshare`s it and
-//! bind-mounts `/proc/thread-self/ns/<kind>` onto an empty file; the thread
-//! then exits and the server's own namespaces are untouched. Removal is a
+//! A pod's namespaces are created on a short-lived OS thread that
+//! `unshare`s them at once and bind-mounts each `/proc/thread-self/ns/<kind>`
+//! onto an empty file; the thread then exits and the server's own
+//! namespaces are untouched. Removal is a
 //! lazy unmount and an unlink, both idempotent. Work inside a namespace
 //! (bringing `lo` up) also runs on a dedicated thread that `setns`es.
 
@@ -42,30 +43,66 @@ impl Kind {
 /// Creates a new namespace of `kind` pinned at `path` (which must not
 /// exist). For UTS, `hostname` is set inside it.
 pub fn create(kind: Kind, path: &Path, hostname: Option<&str>) -> io::Result<()> {
-    if let Some(dir) = path.parent() {
-        fs::create_dir_all(dir)?;
-    }
-    fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(path)?;
-    let target = path.to_path_buf();
-    let hostname = hostname.map(str::to_string);
-    let result = std::thread::spawn(move || -> io::Result<()> {
-        // SAFETY: NEWNET, NEWIPC and NEWUTS change only this thread's
-        // namespaces, and this thread exits right after; no memory or file
-        // descriptor state is affected.
-        unsafe { rustix::thread::unshare_unsafe(kind.flag()) }.map_err(io::Error::from)?;
-        if let Some(h) = hostname {
-            rustix::system::sethostname(h.as_bytes()).map_err(io::Error::from)?;
+    create_set(&[(kind, path.to_path_buf())], hostname, false)
+}
+
+/// Creates a namespace of each kind in `pins`, pinned at its path (which
+/// must not exist), with one `unshare` on one thread; inside, sets
+/// `hostname` (UTS) and brings `lo` up when `lo_up` (network). On an error
+/// no pin is left.
+pub fn create_set(pins: &[(Kind, PathBuf)], hostname: Option<&str>, lo_up: bool) -> io::Result<()> {
+    let mut made: Vec<PathBuf> = Vec::new();
+    let mut result = (|| {
+        for (_, path) in pins {
+            if let Some(dir) = path.parent() {
+                fs::create_dir_all(dir)?;
+            }
+            fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(path)?;
+            made.push(path.clone());
         }
-        let src = format!("/proc/thread-self/ns/{}", kind.proc_name());
-        rustix::mount::mount_bind(src.as_str(), &target).map_err(io::Error::from)
-    })
-    .join()
-    .map_err(|_| io::Error::other("namespace thread panicked"))?;
+        Ok(())
+    })();
+    if result.is_ok() {
+        let pins = pins.to_vec();
+        let hostname = hostname.map(str::to_string);
+        result = std::thread::spawn(move || -> io::Result<()> {
+            let flags = pins
+                .iter()
+                .fold(rustix::thread::UnshareFlags::empty(), |f, (k, _)| {
+                    f | k.flag()
+                });
+            // SAFETY: NEWNET, NEWIPC and NEWUTS change only this thread's
+            // namespaces, and this thread exits right after; no memory or
+            // file descriptor state is affected.
+            unsafe { rustix::thread::unshare_unsafe(flags) }.map_err(io::Error::from)?;
+            let has = |k: Kind| pins.iter().any(|(p, _)| *p == k);
+            if let (Some(h), true) = (hostname, has(Kind::Uts)) {
+                rustix::system::sethostname(h.as_bytes()).map_err(io::Error::from)?;
+            }
+            if lo_up && has(Kind::Net) {
+                let sock = rustix::net::socket(
+                    rustix::net::AddressFamily::INET,
+                    rustix::net::SocketType::DGRAM,
+                    None,
+                )?;
+                set_up(&sock, "lo")?;
+            }
+            for (kind, target) in &pins {
+                let src = format!("/proc/thread-self/ns/{}", kind.proc_name());
+                rustix::mount::mount_bind(src.as_str(), target).map_err(io::Error::from)?;
+            }
+            Ok(())
+        })
+        .join()
+        .map_err(|_| io::Error::other("namespace thread panicked"))?;
+    }
     if result.is_err() {
-        let _ = fs::remove_file(path);
+        for p in &made {
+            let _ = remove(p);
+        }
     }
     result
 }
@@ -182,5 +219,52 @@ mod tests {
         let u = dir.path().join("uts");
         create(Kind::Uts, &u, Some("pod-host")).expect("uts");
         remove(&u).expect("remove uts");
+    }
+
+    #[test]
+    fn a_pods_namespaces_at_once_and_nothing_left_on_failure() {
+        if !rustix::process::geteuid().is_root() {
+            return;
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        let pins: Vec<(Kind, PathBuf)> = [Kind::Net, Kind::Uts, Kind::Ipc]
+            .into_iter()
+            .map(|k| (k, dir.path().join("ns").join(k.proc_name())))
+            .collect();
+        create_set(&pins, Some("pod-set"), true).expect("create");
+        let net = &pins[0].1;
+        let lo = std::process::Command::new("nsenter")
+            .arg(format!("--net={}", net.display()))
+            .args(["ip", "-o", "link", "show", "lo"])
+            .output()
+            .expect("nsenter ip");
+        let lo = String::from_utf8_lossy(&lo.stdout);
+        assert!(lo.contains(",UP"), "lo is up: {lo}");
+        let uts = std::process::Command::new("nsenter")
+            .arg(format!("--uts={}", pins[1].1.display()))
+            .arg("hostname")
+            .output()
+            .expect("nsenter hostname");
+        assert_eq!(String::from_utf8_lossy(&uts.stdout).trim(), "pod-set");
+        // One unshare: the three pins are three new namespaces, distinct
+        // from the server's.
+        for (kind, p) in &pins {
+            let pinned = fs::metadata(p).expect("pin");
+            let own = fs::metadata(format!("/proc/self/ns/{}", kind.proc_name())).expect("own");
+            use std::os::unix::fs::MetadataExt;
+            assert_ne!(pinned.ino(), own.ino(), "{kind:?}");
+        }
+        // A pin path that exists already: an error, and none of the others
+        // is left behind.
+        let again: Vec<(Kind, PathBuf)> = vec![
+            (Kind::Ipc, dir.path().join("other-ipc")),
+            (Kind::Net, net.clone()),
+        ];
+        assert!(create_set(&again, None, false).is_err());
+        assert!(!dir.path().join("other-ipc").exists());
+        for (_, p) in &pins {
+            remove(p).expect("remove");
+            assert!(!p.exists());
+        }
     }
 }
