@@ -100,9 +100,72 @@ pub fn release_memory() {
     }
 }
 
+/// Drops what this process holds resident without using it: freed heap
+/// (`release_memory`) and the page-table entries of its own code. The
+/// code stays in the page cache, shared with every husk process, and is
+/// mapped back (a minor fault per few pages) when it next runs. Only the
+/// executable mappings of the binary are dropped: they are never written,
+/// so nothing is lost (its relocated read-only data is left alone).
+pub fn trim_resident() {
+    release_memory();
+    let Ok(exe) = std::fs::read_link("/proc/self/exe") else {
+        return;
+    };
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+        return;
+    };
+    for (lo, hi) in code_ranges(&maps, &exe.to_string_lossy()) {
+        // SAFETY: [lo, hi) is a private, never-written executable mapping
+        // of the binary; MADV_DONTNEED only drops its page-table entries
+        // and the pages are read back from the file on the next access.
+        unsafe {
+            libc::madvise(lo as *mut libc::c_void, hi - lo, libc::MADV_DONTNEED);
+        }
+    }
+}
+
+/// The `r-xp` mappings of `exe` in a /proc/<pid>/maps text.
+fn code_ranges(maps: &str, exe: &str) -> Vec<(usize, usize)> {
+    maps.lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let range = f.next()?;
+            let perms = f.next()?;
+            let path = f.nth(3)?;
+            if perms != "r-xp" || path != exe || f.next().is_some() {
+                return None;
+            }
+            let (lo, hi) = range.split_once('-')?;
+            Some((
+                usize::from_str_radix(lo, 16).ok()?,
+                usize::from_str_radix(hi, 16).ok()?,
+            ))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_binarys_code_is_trimmed() {
+        let maps = "\
+00200000-00783000 r--p 00000000 fd:01 42 /usr/bin/husk
+00783000-02016000 r-xp 00583000 fd:01 42 /usr/bin/husk
+02016000-0201a000 r--p 01e16000 fd:01 42 /usr/bin/husk
+7f00-7f10 r-xp 00026000 fd:01 7 /usr/lib/x86_64-linux-gnu/libc.so.6
+7f20-7f30 r-xp 00000000 fd:01 43 /usr/bin/husk (deleted)
+7ffd-7ffe rw-p 00000000 00:00 0 [stack]
+";
+        assert_eq!(
+            code_ranges(maps, "/usr/bin/husk"),
+            vec![(0x783000, 0x2016000)]
+        );
+        // After the trim the process still runs its code.
+        trim_resident();
+        assert_eq!(code_ranges("", "/x"), vec![]);
+    }
 
     #[test]
     fn unescapes_mountinfo() {

@@ -9,6 +9,7 @@
 pub mod admin;
 pub mod deadline;
 pub mod h2front;
+mod idle;
 pub mod image;
 pub mod instrument;
 pub mod runtime;
@@ -171,6 +172,7 @@ pub async fn serve(cfg: Config) -> anyhow::Result<()> {
         }
     };
 
+    idle::spawn_trimmer();
     tracing::info!(listen = %cfg.listen.display(), root = %cfg.root.display(), version = env!("CARGO_PKG_VERSION"), "husk serve listening");
     let result = tonic::transport::Server::builder()
         .trace_fn(|req| tracing::debug_span!("rpc", method = %req.uri().path()))

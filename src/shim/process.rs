@@ -12,6 +12,9 @@ use std::sync::atomic::{AtomicI32, Ordering};
 
 use super::monitor::*;
 
+/// How long the monitor must have been quiet before it trims itself.
+const QUIET: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// The write end of the SIGCHLD self-pipe.
 static WAKE_FD: AtomicI32 = AtomicI32::new(-1);
 
@@ -99,11 +102,14 @@ pub fn run(dir: &Path) -> io::Result<()> {
         libc::sigemptyset(&mut sa.sa_mask);
         libc::sigaction(libc::SIGCHLD, &sa, std::ptr::null_mut());
     }
-    crate::store::atomic::write_file(
+    crate::store::atomic::write_state_file(
         &dir.join("shim.pid"),
         std::process::id().to_string().as_bytes(),
     )?;
-    crate::store::atomic::write_file(&dir.join("address"), sock.display().to_string().as_bytes())?;
+    crate::store::atomic::write_state_file(
+        &dir.join("address"),
+        sock.display().to_string().as_bytes(),
+    )?;
     rustix::io::write(&ready_w, b"1")?;
     drop(ready_w);
 
@@ -119,6 +125,10 @@ pub fn run(dir: &Path) -> io::Result<()> {
         oom: super::oom::OomWatch::new(),
     };
     listener.set_nonblocking(true)?;
+    // Once quiet for a while after its start or a request, the monitor
+    // trims itself (`sys::trim_resident`): it keeps resident only the code
+    // of its poll loop, not that of everything it ran once.
+    let mut trim_at = Some(std::time::Instant::now() + QUIET);
     while !shim.shutdown {
         let pipes_ready = {
             let mut fds = vec![
@@ -146,6 +156,7 @@ pub fn run(dir: &Path) -> io::Result<()> {
                 .execs
                 .iter()
                 .filter_map(|x| x.wake_at())
+                .chain(trim_at)
                 .min()
                 .map(|at| {
                     let d = at.saturating_duration_since(std::time::Instant::now());
@@ -188,6 +199,10 @@ pub fn run(dir: &Path) -> io::Result<()> {
         // An exec whose pipes closed before it was reaped is answered now,
         // not at the end of its drain grace.
         shim.poll_execs();
+        if trim_at.is_some_and(|at| at <= std::time::Instant::now()) {
+            crate::sys::trim_resident();
+            trim_at = None;
+        }
         loop {
             match listener.accept() {
                 Ok((conn, _)) => {
@@ -195,8 +210,10 @@ pub fn run(dir: &Path) -> io::Result<()> {
                     shim.serve_one(conn);
                     shim.reap();
                     shim.poll_execs();
-                    // Keep the idle monitor small: return freed heap.
+                    // Keep the idle monitor small: return freed heap now,
+                    // and its code once quiet.
                     crate::sys::release_memory();
+                    trim_at = Some(std::time::Instant::now() + QUIET);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
