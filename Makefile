@@ -1,5 +1,5 @@
 # husk: common tasks. Every target installs what it needs first.
-.PHONY: setup build package test test-vm fuzz demo bench-pull bench-sandbox bench-containers bench-exec bench-stream bench-rpc lint
+.PHONY: setup build package test test-vm fuzz demo bench-pull bench-sandbox bench-containers bench-breakdown bench-exec bench-stream bench-rpc lint
 
 setup:
 	bash packaging/setup-dev.sh
@@ -48,6 +48,11 @@ bench-sandbox: build
 # Containers: create+start, stop+remove, full pod, 50 parallel pods, memory.
 bench-containers: build
 	OPS=container bash packaging/bench-sandbox.sh
+
+# A pod's lifecycle stage by stage: p50/p90 per stage, husk's own share
+# (the RPCs minus the CNI plugins' and the payload's time) beside containerd.
+bench-breakdown: build
+	OPS=breakdown ITERATIONS=$${ITERATIONS:-30} bash packaging/bench-sandbox.sh
 
 # ExecSync round trip of `true` in a running busybox container.
 bench-exec: build

@@ -5,6 +5,7 @@
 # RunPodSandbox, stop+remove, memory at 1/10/50 pods. OPS=container:
 # create+start, stop+remove, full pod, 50 pods in parallel, memory.
 # OPS=exec: the ExecSync round trip of `true` in a running container.
+# OPS=breakdown: a pod's lifecycle stage by stage (husk bench --breakdown).
 # CGROUP_DRIVER=systemd puts both on the systemd cgroup driver (husk's
 # --cgroup-driver, containerd's SystemdCgroup; pods in husk-bench.slice).
 set -euo pipefail

@@ -127,7 +127,7 @@ enum Cmd {
         /// Iterations per operation.
         #[arg(long, default_value_t = 5)]
         iterations: usize,
-        /// Operations: rpc, pull, sandbox, container, exec, stream (comma-separated),
+        /// Operations: rpc, pull, sandbox, container, exec, stream, breakdown (comma-separated),
         /// or all; or pod-startup alone (a cluster's nodes, with --kubeconfig,
         /// --nodes; --iterations rounds).
         #[arg(long, default_value = "pull")]
@@ -154,6 +154,10 @@ enum Cmd {
         /// Machine-readable output.
         #[arg(long)]
         json: bool,
+        /// Also a pod's lifecycle stage by stage (p50/p90 per stage, husk's
+        /// own share against the plugins' and the payload's); needs --image.
+        #[arg(long)]
+        breakdown: bool,
     },
     /// A thin kubelet: runs Pod manifests on any CRI runtime, printing
     /// status changes as a live table.
@@ -417,6 +421,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             image,
             pods,
             json,
+            breakdown,
             ..
         } => runtime()?.block_on(husk::bench::cli::run(husk::bench::cli::BenchArgs {
             endpoint,
@@ -426,6 +431,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             image,
             pods,
             json,
+            breakdown,
         })),
         Cmd::Shim { .. } => Ok(()),
         Cmd::Exec { s, container, cmd } => {

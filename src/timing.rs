@@ -1,13 +1,21 @@
 //! Per-stage timing of the mutating RPCs.
 //!
 //! A [`Stages`] follows one operation (RunPodSandbox, a sandbox's removal,
-//! a CNI ADD): [`Stages::end`] names the stage that just ended (the time
-//! since the last one ended, or since the start), [`Stages::record`] adds
-//! one measured elsewhere (a plugin's exec on another thread). Each stage is logged as it ends, a `stage` event with
-//! its operation, name and milliseconds, and [`Stages::finish`] logs the
-//! operation's summary at debug level and keeps its samples in a bounded
-//! table per (operation, stage), the last [`KEEP`] of each, which
-//! [`samples`] hands out (the admin API, `husk bench --breakdown`).
+//! a CNI ADD): [`Stages::end`] names the stage of husk's own work that just
+//! ended (the time since the last one ended, or since the start);
+//! [`Stages::end_external`] one spent waiting on something that is not
+//! husk (the CNI plugins, the payload's processes being made by the
+//! runtime library); [`Stages::end_split`] one whose tail was external,
+//! measured by whoever did it (the shim says how long libcontainer took).
+//! The stages of an operation add up to its whole, so husk's own share is
+//! the whole minus the external stages.
+//!
+//! Each stage is a `stage` event inside the operation's span, and
+//! [`Stages::finish`] logs the operation's summary at debug level and keeps
+//! its samples in a bounded table per (operation, stage), the last [`KEEP`]
+//! of each. [`keep`] adds a whole measured elsewhere (the server keeps each
+//! mutating RPC's under [`RPC`]); [`samples`] hands the table out (the admin
+//! API's Timings, `husk bench --breakdown`).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Mutex;
@@ -19,25 +27,45 @@ pub const KEEP: usize = 512;
 /// The whole of an operation is kept under this stage name.
 pub const TOTAL: &str = "total";
 
-type Table = BTreeMap<(String, String), VecDeque<Duration>>;
+/// The whole of a mutating RPC, as the server saw it (from the request
+/// decoded to the answer), is kept under this stage name.
+pub const RPC: &str = "rpc";
+
+/// Whether a stage is husk's own work or a wait on something else.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Own,
+    External,
+}
+
+#[derive(Default)]
+struct Kept {
+    external: bool,
+    samples: VecDeque<Duration>,
+}
+
+type Table = BTreeMap<(String, String), Kept>;
 
 static TABLE: Mutex<Table> = Mutex::new(BTreeMap::new());
 
-fn keep(op: &str, stage: &str, d: Duration) {
+/// Keeps one sample of (`op`, `stage`), dropping the oldest past [`KEEP`].
+pub fn keep(op: &str, stage: &str, kind: Kind, d: Duration) {
     let mut t = TABLE.lock().unwrap_or_else(|p| p.into_inner());
     let q = t.entry((op.to_string(), stage.to_string())).or_default();
-    if q.len() == KEEP {
-        q.pop_front();
+    q.external = kind == Kind::External;
+    if q.samples.len() == KEEP {
+        q.samples.pop_front();
     }
-    q.push_back(d);
+    q.samples.push_back(d);
 }
 
 /// The stages of one operation, in order.
 pub struct Stages {
     op: &'static str,
+    span: tracing::Span,
     start: Instant,
     mark: Instant,
-    done: Vec<(String, Duration)>,
+    done: Vec<(String, Kind, Duration)>,
 }
 
 impl Stages {
@@ -46,54 +74,92 @@ impl Stages {
         let now = Instant::now();
         Stages {
             op,
+            span: tracing::debug_span!("timing", op),
             start: now,
             mark: now,
             done: Vec::new(),
         }
     }
 
-    fn push(&mut self, name: String, d: Duration) {
-        tracing::trace!(op = self.op, stage = %name, ms = d.as_secs_f64() * 1e3, "stage");
-        self.done.push((name, d));
+    fn push(&mut self, name: String, kind: Kind, d: Duration) {
+        let _in = self.span.enter();
+        let external = kind == Kind::External;
+        tracing::trace!(stage = %name, external, ms = d.as_secs_f64() * 1e3, "stage");
+        self.done.push((name, kind, d));
     }
 
-    /// The stage that just ended is `name`.
-    pub fn end(&mut self, name: impl Into<String>) {
+    fn lap(&mut self) -> Duration {
         let now = Instant::now();
         let d = now - self.mark;
         self.mark = now;
-        self.push(name.into(), d);
+        d
     }
 
-    /// Adds a stage measured elsewhere; the one under way goes on.
-    pub fn record(&mut self, name: impl Into<String>, d: Duration) {
-        self.push(name.into(), d);
+    /// The stage of husk's own work that just ended is `name`.
+    pub fn end(&mut self, name: impl Into<String>) {
+        let d = self.lap();
+        self.push(name.into(), Kind::Own, d);
+    }
+
+    /// The stage that just ended, `name`, waited on something not husk.
+    pub fn end_external(&mut self, name: impl Into<String>) {
+        let d = self.lap();
+        self.push(name.into(), Kind::External, d);
+    }
+
+    /// The stage that just ended was husk's (`own`) but for its last
+    /// `external`, which something else spent (`outside`): both are kept.
+    pub fn end_split(
+        &mut self,
+        own: impl Into<String>,
+        outside: impl Into<String>,
+        external: Duration,
+    ) {
+        let d = self.lap();
+        let external = external.min(d);
+        self.push(own.into(), Kind::Own, d - external);
+        self.push(outside.into(), Kind::External, external);
     }
 
     /// The stages ended so far.
-    pub fn so_far(&self) -> &[(String, Duration)] {
-        &self.done
+    pub fn so_far(&self) -> impl Iterator<Item = (&str, Duration)> {
+        self.done.iter().map(|(n, _, d)| (n.as_str(), *d))
     }
 
     /// Ends the operation: logs its summary and keeps its samples.
     pub fn finish(mut self) -> Vec<(String, Duration)> {
         let total = self.start.elapsed();
+        let external: Duration = self
+            .done
+            .iter()
+            .filter(|(_, k, _)| *k == Kind::External)
+            .map(|(_, _, d)| *d)
+            .sum();
         let summary: Vec<String> = self
             .done
             .iter()
-            .map(|(n, d)| format!("{n}={:.2}ms", d.as_secs_f64() * 1e3))
+            .map(|(n, k, d)| {
+                let mark = if *k == Kind::External { "*" } else { "" };
+                format!("{n}{mark}={:.2}ms", d.as_secs_f64() * 1e3)
+            })
             .collect();
-        tracing::debug!(
-            op = self.op,
-            ms = total.as_secs_f64() * 1e3,
-            stages = %summary.join(" "),
-            "timing"
-        );
-        for (n, d) in &self.done {
-            keep(self.op, n, *d);
+        {
+            let _in = self.span.enter();
+            tracing::debug!(
+                ms = total.as_secs_f64() * 1e3,
+                own_ms = total.saturating_sub(external).as_secs_f64() * 1e3,
+                stages = %summary.join(" "),
+                "timing"
+            );
         }
-        keep(self.op, TOTAL, total);
+        for (n, k, d) in &self.done {
+            keep(self.op, n, *k, *d);
+        }
+        keep(self.op, TOTAL, Kind::Own, total);
         std::mem::take(&mut self.done)
+            .into_iter()
+            .map(|(n, _, d)| (n, d))
+            .collect()
     }
 }
 
@@ -102,6 +168,8 @@ impl Stages {
 pub struct Samples {
     pub op: String,
     pub stage: String,
+    /// A wait on something not husk (plugins, the payload).
+    pub external: bool,
     pub samples: Vec<Duration>,
 }
 
@@ -114,7 +182,8 @@ pub fn samples(clear: bool) -> Vec<Samples> {
         .map(|((op, stage), q)| Samples {
             op: op.clone(),
             stage: stage.clone(),
-            samples: q.iter().copied().collect(),
+            external: q.external,
+            samples: q.samples.iter().copied().collect(),
         })
         .collect();
     if clear {
@@ -132,31 +201,40 @@ mod tests {
         let mut s = Stages::new("TimingTestOp");
         std::thread::sleep(Duration::from_millis(2));
         s.end("first");
-        s.record("elsewhere", Duration::from_millis(7));
-        s.end("second");
+        std::thread::sleep(Duration::from_millis(3));
+        s.end_split("second", "elsewhere", Duration::from_millis(2));
+        s.end_external("waited");
         let done = s.finish();
         let names: Vec<&str> = done.iter().map(|(n, _)| n.as_str()).collect();
-        assert_eq!(names, ["first", "elsewhere", "second"]);
+        assert_eq!(names, ["first", "second", "elsewhere", "waited"]);
         assert!(done[0].1 >= Duration::from_millis(2), "{done:?}");
-        assert_eq!(done[1].1, Duration::from_millis(7));
+        assert!(done[1].1 >= Duration::from_millis(1), "{done:?}");
+        assert_eq!(done[2].1, Duration::from_millis(2));
         let mine: Vec<Samples> = samples(false)
             .into_iter()
             .filter(|s| s.op == "TimingTestOp")
             .collect();
         let stages: Vec<&str> = mine.iter().map(|s| s.stage.as_str()).collect();
-        assert_eq!(stages, ["elsewhere", "first", "second", TOTAL]);
+        assert_eq!(stages, ["elsewhere", "first", "second", TOTAL, "waited"]);
         assert!(mine.iter().all(|s| s.samples.len() == 1));
+        let external: Vec<&str> = mine
+            .iter()
+            .filter(|s| s.external)
+            .map(|s| s.stage.as_str())
+            .collect();
+        assert_eq!(external, ["elsewhere", "waited"]);
         let total = mine
             .iter()
             .find(|s| s.stage == TOTAL)
             .unwrap_or_else(|| unreachable!());
-        assert!(total.samples[0] >= done[0].1 + done[2].1);
+        let sum: Duration = done.iter().map(|(_, d)| *d).sum();
+        assert!(total.samples[0] >= sum, "{total:?} {done:?}");
     }
 
     #[test]
     fn the_table_keeps_the_last_samples() {
         for i in 0..(KEEP as u64 + 3) {
-            keep("TimingTestBound", "s", Duration::from_micros(i));
+            keep("TimingTestBound", "s", Kind::Own, Duration::from_micros(i));
         }
         let s = samples(false)
             .into_iter()

@@ -167,6 +167,9 @@ async fn two_pods_network_files_lifecycle_and_cleanup() {
                 .contains(") Z")
     );
     assert_eq!(p.net.leases(), 1);
+    // A stopped pod needs no monitor: its shim has exited; the other's runs.
+    let shims = |id: &str| shims_for(&h.dir.path().join("run").join("s").join(id));
+    assert_eq!((shims(&a), shims(&b)), (0, 1));
     let ready = rt
         .list_pod_sandbox(list(PodSandboxFilter {
             state: Some(PodSandboxStateValue {
@@ -199,6 +202,70 @@ async fn two_pods_network_files_lifecycle_and_cleanup() {
     );
     assert_eq!(leftovers(&p), Vec::<String>::new());
     assert_eq!(iptables_mentions(&a) + iptables_mentions(&b), 0);
+    timings_of_the_pods_above(h).await;
+}
+
+/// The admin API's Timings after two RunPodSandbox, one StopPodSandbox
+/// (twice) and the removals: each RPC timed stage by stage, the waits on
+/// the CNI plugins and the runtime library marked external, the plugins
+/// one by one; a clearing read empties the table.
+async fn timings_of_the_pods_above(h: &Husk) {
+    let mut admin = husk::api::admin::admin_client::AdminClient::new(h.channel().await);
+    let read = |clear| husk::api::admin::TimingsRequest { clear };
+    let stages = admin.timings(read(true)).await.unwrap().into_inner().stages;
+    let get = |op: &str, stage: &str| {
+        stages
+            .iter()
+            .find(|s| s.op == op && s.stage == stage)
+            .unwrap_or_else(|| panic!("no {op}/{stage} in {stages:?}"))
+    };
+    // Two runs, the refused third is not a sample.
+    assert_eq!(get("RunPodSandbox", "rpc").micros.len(), 2);
+    let total = &get("RunPodSandbox", "total").micros;
+    for (stage, external) in [
+        ("namespaces", false),
+        ("bundle", false),
+        ("pause runtime", true),
+        ("cni wait", true),
+        ("files", false),
+        ("record", false),
+    ] {
+        let s = get("RunPodSandbox", stage);
+        assert_eq!(s.external, external, "{s:?}");
+        assert_eq!(s.micros.len(), 2, "{s:?}");
+    }
+    let run_stages: Vec<_> = stages
+        .iter()
+        .filter(|s| s.op == "RunPodSandbox" && s.stage != "total" && s.stage != "rpc")
+        .collect();
+    for i in 0..2 {
+        let sum: u64 = run_stages.iter().map(|s| s.micros[i]).sum();
+        assert!(
+            sum <= total[i],
+            "stages add up to the whole: {sum} > {}",
+            total[i]
+        );
+        assert!(
+            sum * 10 >= total[i] * 9,
+            "and cover it: {sum} of {}",
+            total[i]
+        );
+    }
+    assert!(get("CNI ADD", "bridge").external);
+    assert_eq!(get("CNI ADD", "portmap").micros.len(), 2);
+    assert_eq!(get("CNI DEL", "bridge").micros.len(), 2);
+    // Stopped once for real; the second stop of `a` and the stops inside
+    // the removals found nothing to do and time nothing but the RPC.
+    assert_eq!(get("StopPodSandbox", "total").micros.len(), 2);
+    assert!(get("StopPodSandbox", "cni wait").external);
+    assert_eq!(get("RemovePodSandbox", "files").micros.len(), 2);
+    let after = admin
+        .timings(read(false))
+        .await
+        .unwrap()
+        .into_inner()
+        .stages;
+    assert!(after.is_empty(), "{after:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -13,6 +13,8 @@ pub struct BenchArgs {
     pub image: String,
     pub pods: String,
     pub json: bool,
+    /// Also the stage-by-stage breakdown of a pod's lifecycle.
+    pub breakdown: bool,
 }
 
 /// Runs the requested operations against each endpoint and prints the
@@ -35,11 +37,14 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<()> {
     }
     let mut report = serde_json::Map::new();
     report.insert("load_before".into(), loadavg().into());
-    let ops = if a.ops.trim() == "all" {
+    let mut ops = if a.ops.trim() == "all" {
         "rpc,sandbox,container,exec,stream,pull".to_string()
     } else {
         a.ops.clone()
     };
+    if a.breakdown {
+        ops.push_str(",breakdown");
+    }
     for op in ops.split(',').map(str::trim).filter(|o| !o.is_empty()) {
         match op {
             "pull" => {
@@ -95,6 +100,18 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<()> {
                 }
                 report.insert("exec".into(), serde_json::to_value(&results)?);
             }
+            "breakdown" => {
+                anyhow::ensure!(
+                    !a.image.is_empty(),
+                    "--image is required for the breakdown (its pods run a container)"
+                );
+                let results =
+                    super::breakdown::bench_breakdown(&mut targets, &a.image, a.iterations).await?;
+                if !a.json {
+                    print!("{}", super::breakdown::report(a.iterations, &results));
+                }
+                report.insert("breakdown".into(), serde_json::to_value(&results)?);
+            }
             "rpc" => {
                 let results = rpc::bench_rpc(&mut targets, a.iterations).await?;
                 if !a.json {
@@ -115,7 +132,7 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<()> {
             }
             other => {
                 anyhow::bail!(
-                    "unknown benchmark operation {other:?} (rpc, pull, sandbox, container, exec, stream)"
+                    "unknown benchmark operation {other:?} (rpc, pull, sandbox, container, exec, stream, breakdown)"
                 )
             }
         }
@@ -264,6 +281,16 @@ fn print_containers(iterations: usize, results: &[super::container::ContainerRes
             r.parallel_wall_ms,
             r.total_rss_mb,
             r.per_pod_mb
+        );
+    }
+    println!(
+        "{:<28} {:>14} {:>14} {:>16} {:>16}",
+        "memory", "idle RSS MB", "idle PSS MB", "total PSS MB", "per pod PSS MB"
+    );
+    for r in results {
+        println!(
+            "{:<28} {:>14.1} {:>14.1} {:>16.1} {:>16.2}",
+            r.runtime, r.idle_rss_mb, r.idle_pss_mb, r.total_pss_mb, r.per_pod_pss_mb
         );
     }
     if let [a, b] = results {

@@ -8,6 +8,9 @@ use crate::api::cri::*;
 use serde::Serialize;
 use std::time::{Duration, Instant};
 
+/// How long the runtimes are left alone before their memory is read.
+pub(super) const IDLE: Duration = Duration::from_secs(3);
+
 #[derive(Debug, Serialize)]
 pub struct ContainerResult {
     pub runtime: String,
@@ -19,9 +22,15 @@ pub struct ContainerResult {
     /// Server plus monitors with `parallel_pods` pods running.
     pub total_rss_mb: f64,
     pub per_pod_mb: f64,
+    /// The server alone before those pods (after the lifecycles above).
+    pub idle_rss_mb: f64,
+    pub idle_pss_mb: f64,
+    /// Server plus monitors, proportional (shared pages split), and per pod.
+    pub total_pss_mb: f64,
+    pub per_pod_pss_mb: f64,
 }
 
-fn container(image: &str) -> ContainerConfig {
+pub(super) fn container(image: &str) -> ContainerConfig {
     ContainerConfig {
         metadata: Some(ContainerMetadata {
             name: "app".into(),
@@ -125,7 +134,10 @@ pub async fn bench_containers(
     }
     let mut out = Vec::new();
     for (k, t) in targets.iter_mut().enumerate() {
+        // Idle: no RPC for a few seconds (husk trims itself after 2 s).
+        tokio::time::sleep(IDLE).await;
         let idle = t.rss_bytes() as f64;
+        let idle_pss = t.pss_bytes() as f64;
         let start = Instant::now();
         let mut tasks = Vec::new();
         for i in 0..parallel {
@@ -143,8 +155,9 @@ pub async fn bench_containers(
             sandboxes.push(task.await??);
         }
         let wall = start.elapsed();
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        tokio::time::sleep(IDLE).await;
         let total = t.rss_bytes() as f64;
+        let total_pss = t.pss_bytes() as f64;
         for s in sandboxes {
             t.stop_remove(&s).await?;
         }
@@ -157,6 +170,10 @@ pub async fn bench_containers(
             parallel_wall_ms: wall.as_secs_f64() * 1e3,
             total_rss_mb: total / 1e6,
             per_pod_mb: (total - idle) / parallel.max(1) as f64 / 1e6,
+            idle_rss_mb: idle / 1e6,
+            idle_pss_mb: idle_pss / 1e6,
+            total_pss_mb: total_pss / 1e6,
+            per_pod_pss_mb: (total_pss - idle_pss) / parallel.max(1) as f64 / 1e6,
         });
     }
     Ok(out)

@@ -4,6 +4,7 @@
 //! the same machine load; the report gives p50/p90/p99 per operation, the
 //! ratio of p50s, and the runtimes' RSS found through their sockets.
 
+pub mod breakdown;
 pub mod cli;
 pub mod container;
 pub mod exec;
@@ -72,6 +73,8 @@ pub struct Target {
     pub endpoint: String,
     pub images: ImageServiceClient<Channel>,
     pub runtime: RuntimeServiceClient<Channel>,
+    /// husk's admin API (other runtimes answer Unimplemented).
+    pub admin: crate::api::admin::admin_client::AdminClient<Channel>,
     /// The pods' cgroup parent in the form the runtime's cgroup driver
     /// takes (RuntimeConfig): `husk-bench.slice` or `/husk-bench`.
     pub cgroup_parent: String,
@@ -94,7 +97,9 @@ impl Target {
         Ok(Target {
             name: name.to_string(),
             endpoint: endpoint.to_string(),
-            images: ImageServiceClient::new(ch).max_decoding_message_size(64 << 20),
+            images: ImageServiceClient::new(ch.clone()).max_decoding_message_size(64 << 20),
+            admin: crate::api::admin::admin_client::AdminClient::new(ch)
+                .max_decoding_message_size(64 << 20),
             runtime,
             cgroup_parent: if systemd {
                 "husk-bench.slice".into()
@@ -143,6 +148,12 @@ impl Target {
         self.processes().iter().map(|p| procs::rss_bytes(*p)).sum()
     }
 
+    /// Proportional set size of the server and its helpers (shared pages,
+    /// the binary's among them, split between the processes mapping them).
+    pub fn pss_bytes(&self) -> u64 {
+        self.processes().iter().map(|p| procs::pss_bytes(*p)).sum()
+    }
+
     /// CPU seconds the server and its helpers have used.
     pub fn cpu_seconds(&self) -> f64 {
         self.processes()
@@ -156,6 +167,17 @@ impl Target {
             image: image.to_string(),
             ..Default::default()
         })
+    }
+
+    /// Pulls `image` (nothing is timed).
+    pub async fn pull(&mut self, image: &str) -> anyhow::Result<()> {
+        self.images
+            .pull_image(PullImageRequest {
+                image: Self::spec(image),
+                ..Default::default()
+            })
+            .await?;
+        Ok(())
     }
 
     /// Removes the image (so the next pull is cold), then times a pull.

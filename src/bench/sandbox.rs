@@ -4,7 +4,7 @@
 use super::{procs, summarize, turns, Summary, Target};
 use crate::api::cri::*;
 use serde::Serialize;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 #[derive(Debug, Serialize)]
 pub struct MemoryPoint {
@@ -108,6 +108,7 @@ pub async fn bench_sandbox(
     }
     let mut memory: Vec<Vec<MemoryPoint>> = (0..n).map(|_| Vec::new()).collect();
     for (k, t) in targets.iter_mut().enumerate() {
+        tokio::time::sleep(super::container::IDLE).await;
         let idle = t.rss_bytes() as f64;
         for &pods in pod_counts {
             let mut ids = Vec::with_capacity(pods);
@@ -117,7 +118,7 @@ pub async fn bench_sandbox(
                         .await?,
                 );
             }
-            tokio::time::sleep(Duration::from_secs(1)).await;
+            tokio::time::sleep(super::container::IDLE).await;
             let shims = t.shims();
             let shim_rss: Vec<u64> = shims.iter().map(|p| procs::rss_bytes(*p)).collect();
             let shim_pss: u64 = shims.iter().map(|p| procs::pss_bytes(*p)).sum();

@@ -11,16 +11,11 @@
 //! Events: CREATED, STARTED, STOPPED and DELETED are raised where each
 //! state is recorded (see `transitions.rs` for the ordering guarantees).
 
-use super::spec::{self, ImageDefaults, PodContext};
-use super::{user, SpecError};
-use crate::api::cri::{ContainerConfig, NamespaceMode};
-use crate::api::shim::{
-    shim_request::Request, CreateRequest, DeleteRequest, ShimRequest, StateRequest,
-};
-use crate::events::{Emitter, Kind};
-use crate::image::manager::{now_ns, KeyedLocks};
+use crate::api::cri::ContainerConfig;
+use crate::api::shim::{shim_request::Request, ShimRequest, StateRequest};
+use crate::events::Emitter;
+use crate::image::manager::KeyedLocks;
 use crate::image::ImageManager;
-use crate::sandbox::manager::SandboxState;
 use crate::sandbox::{SandboxError, SandboxManager};
 use crate::shim::client;
 use crate::store::atomic;
@@ -31,7 +26,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-const RECORD_VERSION: u32 = 1;
+pub(super) const RECORD_VERSION: u32 = 1;
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "lowercase")]
@@ -134,7 +129,7 @@ pub fn parse_signal(s: &str) -> Option<i32> {
 }
 
 /// Reads a file of the image through its rootfs, confined to it.
-fn read_in_root(root: &Path, rel: &str) -> Option<String> {
+pub(super) fn read_in_root(root: &Path, rel: &str) -> Option<String> {
     use rustix::fs::{Mode, OFlags, ResolveFlags};
     let dir = rustix::fs::open(
         root,
@@ -215,8 +210,8 @@ impl ContainerManager {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn save(&self, r: &ContainerRecord) -> Result<(), SandboxError> {
-        atomic::write_json(&self.dir(&r.id).join("container.json"), r)
+    pub(super) fn save(&self, r: &ContainerRecord) -> Result<(), SandboxError> {
+        atomic::write_state_json(&self.dir(&r.id).join("container.json"), r)
             .map_err(SandboxError::io("write container record"))?;
         self.lock().0.insert(r.id.clone(), r.clone());
         Ok(())
@@ -232,273 +227,6 @@ impl ContainerManager {
             (Some(k), None) => Some(k.clone()),
             _ => None,
         }
-    }
-
-    /// CreateContainer.
-    pub async fn create(
-        self: &Arc<Self>,
-        sandbox_id: &str,
-        c: ContainerConfig,
-    ) -> Result<String, SandboxError> {
-        let pod = self
-            .sandboxes
-            .get(sandbox_id)
-            .ok_or_else(|| SandboxError::NotFound(sandbox_id.to_string()))?;
-        if pod.state != SandboxState::Ready {
-            return Err(SandboxError::Invalid(format!(
-                "pod sandbox {sandbox_id} is not ready"
-            )));
-        }
-        let md = c
-            .metadata
-            .clone()
-            .ok_or_else(|| SandboxError::Invalid("metadata is required".into()))?;
-        if md.name.is_empty() {
-            return Err(SandboxError::Invalid("metadata.name is required".into()));
-        }
-        let image_name = c
-            .image
-            .as_ref()
-            .map(|i| i.image.clone())
-            .unwrap_or_default();
-        let image = self.images.find(&image_name).ok_or_else(|| {
-            SandboxError::NotFound(format!("image {image_name:?} (pull it first)"))
-        })?;
-        let id = format!("{:032x}", rand::random::<u128>());
-        let name = format!("{}_{}_{}", md.name, sandbox_id, md.attempt);
-        {
-            let mut g = self.lock();
-            if let Some(existing) = g.1.get(&name) {
-                return Err(SandboxError::NameReserved {
-                    name,
-                    id: existing.clone(),
-                });
-            }
-            g.1.insert(name.clone(), id.clone());
-        }
-        let this = self.clone();
-        let (id2, sid) = (id.clone(), sandbox_id.to_string());
-        let r = tokio::task::spawn_blocking(move || this.create_blocking(&id2, &sid, &c, &image))
-            .await
-            .map_err(err)?;
-        if r.is_err() {
-            self.lock().1.remove(&name);
-            self.discard(Some(sandbox_id), &id);
-        }
-        r.map(|_| id)
-    }
-
-    fn create_blocking(
-        &self,
-        id: &str,
-        sandbox_id: &str,
-        c: &ContainerConfig,
-        image: &crate::image::ImageRecord,
-    ) -> Result<(), SandboxError> {
-        let pod = self
-            .sandboxes
-            .get(sandbox_id)
-            .ok_or_else(|| SandboxError::NotFound(sandbox_id.to_string()))?;
-        let dir = self.dir(id);
-        std::fs::create_dir_all(&dir).map_err(SandboxError::io("create container dir"))?;
-        // First, so an interrupted create can be undone (recover.rs).
-        std::fs::write(dir.join(super::recover::SANDBOX_FILE), sandbox_id)
-            .map_err(SandboxError::io("create container dir"))?;
-        for d in ["rootfs", "upper", "work", "volumes"] {
-            std::fs::create_dir_all(dir.join(d))
-                .map_err(SandboxError::io("create container dir"))?;
-        }
-        std::fs::write(dir.join("config.pb"), c.encode_to_vec())
-            .map_err(SandboxError::io("save container config"))?;
-        let lower: Vec<String> = self
-            .images
-            .layer_dirs(image)?
-            .iter()
-            .rev()
-            .map(|p| p.display().to_string())
-            .collect();
-        let lowerdir = if lower.len() == 1 {
-            lower[0].clone()
-        } else {
-            lower.join(":")
-        };
-        let opts = format!(
-            "lowerdir={lowerdir},upperdir={},workdir={}",
-            dir.join("upper").display(),
-            dir.join("work").display()
-        );
-        crate::sys::mount_overlay(&dir.join("rootfs"), &opts)
-            .map_err(SandboxError::io("mount container rootfs"))?;
-
-        // Mount points of the config's mounts, created inside the rootfs
-        // (confined: an image symlink cannot send them to the host).
-        for m in &c.mounts {
-            let host = Path::new(&m.host_path);
-            if !host.is_absolute() || !m.container_path.starts_with('/') {
-                return Err(SandboxError::Invalid(format!(
-                    "mount {:?} -> {:?}: both paths must be absolute",
-                    m.host_path, m.container_path
-                )));
-            }
-            // A missing host path becomes an empty directory, as containerd does.
-            if !host.exists() {
-                std::fs::create_dir_all(host).map_err(SandboxError::io(format!(
-                    "create host path {}",
-                    host.display()
-                )))?;
-            }
-            if !host.is_dir() {
-                continue;
-            }
-            crate::image::confined::mkdir_all_in_root(
-                &dir.join("rootfs"),
-                Path::new(&m.container_path),
-            )?;
-        }
-        let cfg: crate::image::manifest::ImageConfig =
-            serde_json::from_slice(&self.images.config_json(image)?)
-                .map_err(|e| SandboxError::Invalid(format!("image config: {e}")))?;
-        let d = cfg.config.unwrap_or_default();
-        let mut volumes = Vec::new();
-        for (i, v) in d.volumes.clone().unwrap_or_default().keys().enumerate() {
-            let host = dir.join("volumes").join(i.to_string());
-            std::fs::create_dir_all(&host).map_err(SandboxError::io("create volume"))?;
-            volumes.push((v.clone(), host));
-        }
-        let img = ImageDefaults {
-            entrypoint: d.entrypoint.clone().unwrap_or_default(),
-            cmd: d.cmd.clone().unwrap_or_default(),
-            env: d.env.clone().unwrap_or_default(),
-            working_dir: d.working_dir.clone().unwrap_or_default(),
-            volumes,
-        };
-        let sc = c
-            .linux
-            .as_ref()
-            .and_then(|l| l.security_context.clone())
-            .unwrap_or_default();
-        let rootfs = dir.join("rootfs");
-        let asked = user::Asked {
-            run_as_user: sc.run_as_user.map(|u| u.value),
-            run_as_username: &sc.run_as_username,
-            run_as_group: sc.run_as_group.map(|g| g.value),
-            supplemental: &sc.supplemental_groups,
-            strict: sc.supplemental_groups_policy
-                == crate::api::cri::SupplementalGroupsPolicy::Strict as i32,
-        };
-        let who = user::resolve(
-            &asked,
-            d.user.as_deref().unwrap_or(""),
-            read_in_root(&rootfs, "etc/passwd").as_deref(),
-            read_in_root(&rootfs, "etc/group").as_deref(),
-        )
-        .map_err(|SpecError(m)| SandboxError::Invalid(m))?;
-        let parent =
-            crate::sandbox::manager::cgroup_parent(&self.sandboxes.saved_config(sandbox_id));
-        let cgroups_path = crate::cgroup::Driver::current().cgroups_path(&parent, id);
-        let files = self.sandboxes.sandbox_dir(sandbox_id);
-        let ctx = PodContext {
-            netns: pod.netns.as_deref(),
-            ipcns: pod.ipcns.as_deref(),
-            utsns: pod.utsns.as_deref(),
-            pause_pid: pod.pause_pid,
-            files_dir: &files,
-            shm: pod.shm.as_deref(),
-            cgroups_path: &cgroups_path,
-        };
-        if NamespaceMode::try_from(sc.namespace_options.as_ref().map(|n| n.pid).unwrap_or(1))
-            == Ok(NamespaceMode::Pod)
-            && pod.pause_pid <= 0
-        {
-            return Err(SandboxError::Invalid(
-                "the pod has no pause process to share a PID namespace with".into(),
-            ));
-        }
-        super::mounts::check_recursive_read_only(c)
-            .map_err(|SpecError(m)| SandboxError::Invalid(m))?;
-        if c.mounts.iter().any(|m| m.propagation != 0) {
-            let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-            super::mounts::check_propagation(c, &mountinfo)
-                .map_err(|SpecError(m)| SandboxError::Invalid(m))?;
-        }
-        let mut c = c.clone();
-        if let Some(res) = c.linux.as_mut().and_then(|l| l.resources.as_mut()) {
-            crate::cgroup::resources::validate(res, crate::cgroup::Layout::host())?;
-            crate::cgroup::prune_unsupported(crate::cgroup::Layout::host(), &cgroups_path, res);
-        }
-        let spec = spec::build(id, &c, &img, &who, &ctx)
-            .map_err(|SpecError(m)| SandboxError::Invalid(m))?;
-        atomic::write_json(&dir.join("config.json"), &spec)
-            .map_err(SandboxError::io("write container spec"))?;
-        let log_path = if c.log_path.is_empty() || pod.log_directory.is_empty() {
-            String::new()
-        } else {
-            Path::new(&pod.log_directory)
-                .join(&c.log_path)
-                .display()
-                .to_string()
-        };
-        let md = c.metadata.clone().unwrap_or_default();
-        let rec = ContainerRecord {
-            version: RECORD_VERSION,
-            id: id.to_string(),
-            sandbox_id: sandbox_id.to_string(),
-            name: md.name.clone(),
-            attempt: md.attempt,
-            image: c
-                .image
-                .as_ref()
-                .map(|i| i.image.clone())
-                .unwrap_or_default(),
-            image_ref: image.id.clone(),
-            labels: c.labels.clone().into_iter().collect(),
-            annotations: c.annotations.clone().into_iter().collect(),
-            log_path: log_path.clone(),
-            created_at: now_ns(),
-            started_at: 0,
-            finished_at: 0,
-            exit_code: 0,
-            state: ContainerState::Created,
-            reason: String::new(),
-            message: String::new(),
-            user: Some(who.record()),
-            cgroups_path: cgroups_path.clone(),
-            stop_signal: d
-                .stop_signal
-                .as_deref()
-                .and_then(parse_signal)
-                .unwrap_or(libc::SIGTERM),
-        };
-        self.watch_pod_exits(sandbox_id);
-        shim_call(
-            &self.sandboxes.shim_dir(sandbox_id),
-            Request::Create(CreateRequest {
-                id: id.to_string(),
-                bundle: dir.display().to_string(),
-                log_path,
-                stdin: c.stdin,
-                stdin_once: c.stdin_once,
-                tty: c.tty,
-                ..Default::default()
-            }),
-        )?;
-        let res = c.linux.as_ref().and_then(|l| l.resources.as_ref());
-        let saved = crate::cgroup::systemd::write_leftovers(&cgroups_path, res)
-            .map_err(SandboxError::from)
-            .and_then(|()| self.save(&rec));
-        if let Err(e) = saved {
-            let _ = shim_call(
-                &self.sandboxes.shim_dir(sandbox_id),
-                Request::Delete(DeleteRequest {
-                    id: id.to_string(),
-                    force: true,
-                }),
-            );
-            return Err(e);
-        }
-        self.events.emit(Kind::Created, id, sandbox_id);
-        tracing::info!(container_id = %id, pod_sandbox_id = %sandbox_id, "container created");
-        Ok(())
     }
 
     /// The CRI config the container was created from.

@@ -4,6 +4,7 @@
 //! security profiles are shared with the pause: `crate::cgroup`,
 //! `crate::security`).
 
+mod create;
 mod exits;
 pub mod manager;
 pub mod mounts;

@@ -33,13 +33,17 @@ impl ContainerManager {
             // Taken before the start: a process that ends at once must not
             // look as if it finished before it started.
             let started = now_ns();
-            shim_call(
+            let mut steps = crate::timing::Stages::new("StartContainer");
+            let resp = shim_call(
                 &this.sandboxes.shim_dir(&r.sandbox_id),
                 Request::Start(StartRequest { id: id.clone() }),
             )?;
+            let runtime = Duration::from_micros(resp.runtime_us);
+            steps.end_split("shim start", "runtime start", runtime);
             r.state = ContainerState::Running;
             r.started_at = started;
             this.save_raising(&r, Kind::Started)?;
+            steps.end("record");
             // An exit recorded before the state above was is not seen by
             // the watcher's refresh: look once.
             if this
@@ -51,6 +55,8 @@ impl ContainerManager {
             {
                 this.refresh(&id);
             }
+            steps.end("exit check");
+            steps.finish();
             tracing::info!(container_id = %id, "container started");
             Ok(())
         })
@@ -105,6 +111,7 @@ impl ContainerManager {
             }
             return Ok(());
         }
+        let mut steps = crate::timing::Stages::new("StopContainer");
         let shim_dir = self.sandboxes.shim_dir(&r.sandbox_id);
         let exited = |this: &Self| {
             this.refresh(id)
@@ -122,13 +129,15 @@ impl ContainerManager {
                     all: false,
                 }),
             );
+            steps.end("stop signal");
             let deadline = || self.kill_at().get(id).copied().unwrap_or_else(Instant::now);
             while Instant::now() < deadline() && !exited(self) {
                 std::thread::sleep(Duration::from_millis(10));
             }
+            steps.end_external("grace period");
         }
         if !exited(self) {
-            let _ = shim_call(
+            let killed = shim_call(
                 &shim_dir,
                 Request::Kill(KillRequest {
                     id: id.to_string(),
@@ -136,10 +145,13 @@ impl ContainerManager {
                     all: true,
                 }),
             );
+            let runtime = Duration::from_micros(killed.map(|r| r.runtime_us).unwrap_or(0));
+            steps.end_split("kill", "runtime kill", runtime);
             let deadline = Instant::now() + Duration::from_secs(10);
             while Instant::now() < deadline && !exited(self) {
                 std::thread::sleep(Duration::from_millis(5));
             }
+            steps.end_external("exit");
         }
         // Whatever outlived the init (execs, its children in the pod's PID
         // namespace) goes with it, as runc's kill --all does.
@@ -148,6 +160,8 @@ impl ContainerManager {
             tracing::info!(container_id = %id, processes = left, "killed what outlived the container's init");
         }
         self.kill_at().remove(id);
+        steps.end("kill rest");
+        steps.finish();
         tracing::info!(container_id = %id, "container stopped");
         Ok(())
     }
@@ -167,9 +181,11 @@ impl ContainerManager {
 
     fn remove_blocking(&self, id: &str) -> Result<(), SandboxError> {
         let Some(r) = self.get(id) else { return Ok(()) };
+        let mut steps = crate::timing::Stages::new("RemoveContainer");
         let shim_dir = self.sandboxes.shim_dir(&r.sandbox_id);
         // A killed shim left the container running: a fresh one removes it.
         self.sandboxes.ensure_shim(&r.sandbox_id, id)?;
+        let mut runtime = Duration::ZERO;
         if client::pid(&shim_dir).is_some() {
             match shim_call(
                 &shim_dir,
@@ -178,16 +194,18 @@ impl ContainerManager {
                     force: true,
                 }),
             ) {
-                Ok(_) => {}
+                Ok(resp) => runtime = Duration::from_micros(resp.runtime_us),
                 Err(e) if e.to_string().contains("not found") => {}
                 Err(e) => return Err(e),
             }
         }
+        steps.end_split("shim delete", "runtime delete", runtime);
         let dir = self.dir(id);
         for m in crate::sys::mounts_under(&dir) {
             rustix::mount::unmount(&m, rustix::mount::UnmountFlags::DETACH)
                 .map_err(|e| SandboxError::io("unmount container rootfs")(e.into()))?;
         }
+        steps.end("unmount");
         std::fs::remove_dir_all(&dir)
             .or_else(|e| {
                 if e.kind() == std::io::ErrorKind::NotFound {
@@ -204,6 +222,8 @@ impl ContainerManager {
         self.events
             .emit(crate::events::Kind::Deleted, id, &r.sandbox_id);
         drop(g);
+        steps.end("files");
+        steps.finish();
         tracing::info!(container_id = %id, "container removed");
         Ok(())
     }

@@ -365,7 +365,7 @@ impl Cni {
         let mut steps = crate::timing::Stages::new("CNI ADD");
         for (i, plugin) in net.plugins.iter().enumerate() {
             let r = self.exec("ADD", net, plugin, att, prev.as_ref());
-            steps.end(plugin["type"].as_str().unwrap_or_default());
+            steps.end_external(plugin["type"].as_str().unwrap_or_default());
             match r {
                 Ok(r) if !r.is_null() => prev = Some(r),
                 Ok(_) => {}
@@ -388,7 +388,7 @@ impl Cni {
             netns: att.netns.clone(),
             result: result.clone(),
         };
-        crate::store::atomic::write_json(&self.cache_path(net, att), &rec)
+        crate::store::atomic::write_state_json(&self.cache_path(net, att), &rec)
             .map_err(io("write CNI result cache"))?;
         steps.end("cache");
         steps.finish();
@@ -410,7 +410,7 @@ impl Cni {
         let mut steps = crate::timing::Stages::new("CNI DEL");
         for plugin in net.plugins.iter().rev() {
             let r = self.exec("DEL", net, plugin, att, prev.as_ref());
-            steps.end(plugin["type"].as_str().unwrap_or_default());
+            steps.end_external(plugin["type"].as_str().unwrap_or_default());
             if let Err(e) = r {
                 tracing::warn!(error = %e, "CNI DEL failed");
                 first_err.get_or_insert(e);

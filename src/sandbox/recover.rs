@@ -87,7 +87,7 @@ impl SandboxManager {
                     force: true,
                 }),
             );
-            let _ = shim_call(&shim_dir, Request::Shutdown(ShutdownRequest {}));
+            let _ = shim_call(&shim_dir, Request::Shutdown(ShutdownRequest::default()));
             super::teardown::wait_gone(&shim_dir, Duration::from_secs(10));
         }
         // A shim the killed server was still starting has no pid file yet.

@@ -9,7 +9,6 @@ use crate::network::netns::{self, Kind as NsKind};
 use crate::shim::client;
 use crate::store::atomic;
 use prost::Message;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -182,7 +181,7 @@ impl SandboxManager {
                     let _ = h.join();
                 }
                 let _ = shim_call(&d, Request::Delete(DeleteRequest { id, force: true }));
-                let _ = shim_call(&d, Request::Shutdown(ShutdownRequest {}));
+                let _ = shim_call(&d, Request::Shutdown(ShutdownRequest::default()));
                 wait_gone(&d, Duration::from_secs(5));
                 let _ = std::fs::remove_dir_all(&d);
             });
@@ -198,43 +197,39 @@ impl SandboxManager {
         } else {
             c.hostname.clone()
         };
-        let pin = |kind: NsKind,
-                   undo: &mut Undo,
-                   hostname: Option<&str>|
-         -> Result<PathBuf, SandboxError> {
-            let p = netns::pin_path(&self.paths.state, kind, id);
-            netns::create(kind, &p, hostname)
-                .map_err(SandboxError::io(format!("create {kind:?} namespace")))?;
-            let q = p.clone();
-            undo.push("namespace pin", move || {
-                let _ = netns::remove(&q);
-            });
-            Ok(p)
-        };
         {
             let d = self.paths.state.join("ns").join(id);
             undo.push("namespace dir", move || {
                 let _ = std::fs::remove_dir(d);
             });
         }
-        let netns_path = if host_net {
-            None
-        } else {
-            Some(pin(NsKind::Net, undo, None)?)
-        };
-        if let Some(p) = &netns_path {
-            netns::loopback_up(p).map_err(SandboxError::io("bring lo up"))?;
+        let path = |kind| netns::pin_path(&self.paths.state, kind, id);
+        let mut pins = Vec::new();
+        if !host_net {
+            pins.push((NsKind::Net, path(NsKind::Net)));
+            pins.push((NsKind::Uts, path(NsKind::Uts)));
         }
-        let utsns = if host_net {
-            None
-        } else {
-            Some(pin(NsKind::Uts, undo, Some(&hostname))?)
+        if !host_ipc {
+            pins.push((NsKind::Ipc, path(NsKind::Ipc)));
+        }
+        netns::create_set(&pins, Some(&hostname), true)
+            .map_err(SandboxError::io("create the pod's namespaces"))?;
+        for (_, p) in &pins {
+            let q = p.clone();
+            undo.push("namespace pin", move || {
+                let _ = netns::remove(&q);
+            });
+        }
+        let pinned = |kind| {
+            pins.iter()
+                .find(|(k, _)| *k == kind)
+                .map(|(_, p)| p.clone())
         };
-        let ipcns = if host_ipc {
-            None
-        } else {
-            Some(pin(NsKind::Ipc, undo, None)?)
-        };
+        let (netns_path, utsns, ipcns) = (
+            pinned(NsKind::Net),
+            pinned(NsKind::Uts),
+            pinned(NsKind::Ipc),
+        );
 
         steps.end("namespaces");
         // CNI ADD runs on its own thread while the pause container is
@@ -260,6 +255,7 @@ impl SandboxManager {
                 }
             });
         }
+        steps.end("cni config");
         // /dev/shm for the pod.
         let shm = if host_ipc {
             None
@@ -305,6 +301,7 @@ impl SandboxManager {
         );
         crate::sys::mount_overlay(&rootfs, &opts)
             .map_err(SandboxError::io("mount pause rootfs"))?;
+        steps.end("rootfs");
         {
             let q = rootfs.clone();
             undo.push("rootfs mount", move || {
@@ -378,15 +375,10 @@ impl SandboxManager {
                 .map_err(|crate::security::ProfileError(m)| SandboxError::Invalid(m))?
             },
         });
-        atomic::write_json(&bundle.join("config.json"), &config)
+        atomic::write_state_json(&bundle.join("config.json"), &config)
             .map_err(SandboxError::io("write pause config"))?;
 
         steps.end("bundle");
-        // Files the containers will share.
-        files::write_all(&dir, c.dns_config.as_ref(), &hostname, None)
-            .map_err(SandboxError::io("write pod files"))?;
-
-        steps.end("files");
         // The shim, then the pause container in it.
         let spawned = shim_job.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(h) = spawned {
@@ -395,7 +387,7 @@ impl SandboxManager {
                 .map_err(|e| SandboxError::Shim(e.to_string()))?;
         }
         steps.end("shim");
-        shim_call(
+        let made = shim_call(
             &shim_dir,
             Request::Create(crate::api::shim::CreateRequest {
                 id: id.to_string(),
@@ -409,7 +401,8 @@ impl SandboxManager {
             &shim_dir,
             Request::Start(crate::api::shim::StartRequest { id: id.to_string() }),
         )?;
-        steps.end("pause");
+        let runtime = Duration::from_micros(made.runtime_us + started.runtime_us);
+        steps.end_split("pause", "pause runtime", runtime);
         let pause_pid = started.state.map(|s| s.pid).unwrap_or(0);
 
         // Network: the CNI ADD started above, joined now.
@@ -420,6 +413,7 @@ impl SandboxManager {
             let (result, cni, net, att) = job
                 .join()
                 .map_err(|_| SandboxError::Shim("CNI thread panicked".into()))??;
+            steps.end_external("cni wait");
             {
                 let (cni, net, att) = (cni.clone(), net.clone(), att.clone());
                 undo.push("cni", move || {
@@ -428,16 +422,17 @@ impl SandboxManager {
             }
             ips = crate::network::cni::pod_ips(&result);
             cni_conf = Some(net.file.clone());
-            files::write_all(
-                &dir,
-                c.dns_config.as_ref(),
-                &hostname,
-                ips.first().map(String::as_str),
-            )
-            .map_err(SandboxError::io("write pod files"))?;
         }
-
-        steps.end("cni wait");
+        // Files the containers will share (none is the pause's), with the
+        // pod's IP once it has one.
+        files::write_all(
+            &dir,
+            c.dns_config.as_ref(),
+            &hostname,
+            ips.first().map(String::as_str),
+        )
+        .map_err(SandboxError::io("write pod files"))?;
+        steps.end("files");
         let rec = SandboxRecord {
             version: RECORD_VERSION,
             id: id.to_string(),

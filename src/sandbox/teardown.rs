@@ -1,5 +1,7 @@
-//! StopPodSandbox and RemovePodSandbox: idempotent teardown (CNI DEL in
-//! parallel with the pause kill; a fresh shim cleans up after a killed one).
+//! StopPodSandbox and RemovePodSandbox: idempotent teardown. CNI DEL runs
+//! in parallel with the pause's kill and the shim's exit (a stopped pod
+//! needs no monitor: its exits are recorded); a fresh shim cleans up after
+//! a killed one.
 
 use super::SandboxError;
 use crate::api::shim::{
@@ -46,6 +48,7 @@ impl SandboxManager {
             return Ok(());
         }
         let t0 = Instant::now();
+        let mut steps = crate::timing::Stages::new("StopPodSandbox");
         let shim_dir = self.shim_dir(id);
         // CNI DEL and the pause kill are independent: run them together.
         std::thread::scope(|scope| -> Result<(), SandboxError> {
@@ -64,13 +67,19 @@ impl SandboxManager {
                 Ok(())
             });
             if client::pid(&shim_dir).is_some() {
-                let _ = shim_call(
+                let killed = shim_call(
                     &shim_dir,
                     Request::Kill(KillRequest {
                         id: id.to_string(),
                         signal: libc::SIGKILL,
                         all: true,
                     }),
+                );
+                let runtime = killed.map(|r| r.runtime_us).unwrap_or(0);
+                steps.end_split(
+                    "pause kill",
+                    "pause runtime",
+                    Duration::from_micros(runtime),
                 );
                 let deadline = Instant::now() + Duration::from_secs(10);
                 while Instant::now() < deadline {
@@ -90,23 +99,41 @@ impl SandboxManager {
                         _ => std::thread::sleep(Duration::from_millis(1)),
                     }
                 }
+                steps.end_external("pause exit");
                 // While CNI DEL runs: drop the dead pause's state and
                 // cgroup, and its rootfs mount (RemovePodSandbox would).
-                let _ = shim_call(
+                let deleted = shim_call(
                     &shim_dir,
                     Request::Delete(DeleteRequest {
                         id: id.to_string(),
                         force: true,
                     }),
                 );
+                let runtime = deleted.map(|r| r.runtime_us).unwrap_or(0);
+                steps.end_split(
+                    "pause delete",
+                    "pause runtime",
+                    Duration::from_micros(runtime),
+                );
                 let rootfs = self.sandbox_dir(id).join("bundle").join("rootfs");
                 let _ = rustix::mount::unmount(&rootfs, rustix::mount::UnmountFlags::DETACH);
+                steps.end("pause unmount");
+                // Nothing runs in the pod now (its containers were stopped
+                // first): the shim deletes what is left of them and exits
+                // here, while CNI DEL runs, rather than at removal. A
+                // container still created (never started) keeps it up.
+                let shutdown = ShutdownRequest {
+                    delete_stopped: true,
+                };
+                if shim_call(&shim_dir, Request::Shutdown(shutdown)).is_ok() {
+                    wait_gone(&shim_dir, Duration::from_secs(10));
+                }
+                steps.end("shim exit");
             }
-            let killed = t0.elapsed();
             let r = del
                 .join()
                 .map_err(|_| SandboxError::Shim("CNI DEL thread panicked".into()))?;
-            tracing::debug!(pod_sandbox_id = %id, ?killed, cni = ?t0.elapsed(), "pause killed, network detached");
+            steps.end_external("cni wait");
             r
         })?;
         if let Some(shm) = &rec.shm {
@@ -118,6 +145,8 @@ impl SandboxManager {
         rec.state = SandboxState::NotReady;
         rec.stopped = true;
         self.write_record(&rec)?;
+        steps.end("record");
+        steps.finish();
         tracing::info!(pod_sandbox_id = %id, ms = t0.elapsed().as_secs_f64() * 1e3, "pod sandbox stopped");
         Ok(())
     }
@@ -145,7 +174,7 @@ impl SandboxManager {
         tracing::debug!(pod_sandbox_id = %id, shim = ?client::pid(&shim_dir), state = shim_dir.join("youki").join(id).exists(), "removing");
         self.ensure_shim(id, id)?;
         if client::pid(&shim_dir).is_some() {
-            shim_call(
+            let deleted = shim_call(
                 &shim_dir,
                 Request::Delete(DeleteRequest {
                     id: id.to_string(),
@@ -159,10 +188,13 @@ impl SandboxManager {
                     Err(e)
                 }
             })?;
-            shim_call(&shim_dir, Request::Shutdown(ShutdownRequest {}))?;
+            let runtime = Duration::from_micros(deleted.runtime_us);
+            steps.end_split("pause delete", "pause runtime", runtime);
+            shim_call(&shim_dir, Request::Shutdown(ShutdownRequest::default()))?;
+            steps.end("shim shutdown");
             wait_gone(&shim_dir, Duration::from_secs(10));
+            steps.end("shim exit");
         }
-        steps.end("shim");
         let dir = self.sandbox_dir(id);
         for m in crate::sys::mounts_under(&dir) {
             rustix::mount::unmount(&m, rustix::mount::UnmountFlags::DETACH)

@@ -1,5 +1,6 @@
-//! husk's admin API (proto/husk/v1/admin.proto): image import and pull
-//! progress, which CRI has no RPCs for.
+//! husk's admin API (proto/husk/v1/admin.proto): image import, pull
+//! progress and the stage timings of the mutating RPCs, which CRI has no
+//! RPCs for.
 
 use super::instrument::{observe, Op, State};
 use crate::api::admin::admin_server;
@@ -44,6 +45,22 @@ impl admin_server::Admin for Admin {
             })
         })
         .await
+    }
+
+    async fn timings(
+        &self,
+        r: Request<TimingsRequest>,
+    ) -> Result<Response<TimingsResponse>, Status> {
+        let stages = crate::timing::samples(r.into_inner().clear)
+            .into_iter()
+            .map(|s| StageTimings {
+                op: s.op,
+                stage: s.stage,
+                external: s.external,
+                micros: s.samples.iter().map(|d| d.as_micros() as u64).collect(),
+            })
+            .collect();
+        Ok(Response::new(TimingsResponse { stages }))
     }
 
     async fn list_pulls(

@@ -3,7 +3,8 @@
 //! Until recovery has opened every manager, `State::images()` (and its
 //! siblings as they arrive) answer Unavailable, so no RPC acts on state that
 //! has not been reconciled. `observe` logs each RPC's outcome: mutations at
-//! info, reads at debug, failures at warn with their gRPC code.
+//! info, reads at debug, failures at warn with their gRPC code; a mutation
+//! that succeeded is also kept in the timing table (`crate::timing`).
 
 use crate::config::Config;
 use crate::error::Error;
@@ -117,9 +118,14 @@ where
 {
     let span = tracing::info_span!("cri", method);
     let _entered = span.clone();
+    let _in_flight = super::idle::enter();
     let start = Instant::now();
     let r = tracing::Instrument::instrument(fut, span).await;
-    let ms = start.elapsed().as_secs_f64() * 1e3;
+    let took = start.elapsed();
+    let ms = took.as_secs_f64() * 1e3;
+    if op == Op::Mutate && r.is_ok() {
+        crate::timing::keep(method, crate::timing::RPC, crate::timing::Kind::Own, took);
+    }
     match &r {
         Ok(_) if op == Op::Mutate => tracing::info!(method, ms, "rpc ok"),
         Ok(_) => tracing::debug!(method, ms, "rpc ok"),

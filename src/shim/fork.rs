@@ -17,6 +17,9 @@
 //! the pipe (a created container's init keeps its fds until it execs)
 //! cannot hold the reader up.
 
+use libcontainer::workload::{
+    default::DefaultExecutor, Executor, ExecutorError, ExecutorValidationError,
+};
 use std::os::fd::OwnedFd;
 
 /// Longest error message passed back (a pipe holds 64 KiB unread).
@@ -122,5 +125,32 @@ mod tests {
         let e = in_child(|| -> Result<i32, String> { unsafe { libc::_exit(3) } })
             .expect_err("an error");
         assert!(e.contains("died"), "{e}");
+    }
+}
+
+/// Resets what libcontainer leaves set before the payload's execve: the
+/// signal mask and SIGPIPE (ignored by the Rust runtime) would otherwise
+/// leak into every container.
+#[derive(Clone)]
+pub(super) struct ResetSignals;
+
+impl Executor for ResetSignals {
+    fn exec(&self, spec: &libcontainer::oci_spec::runtime::Spec) -> Result<(), ExecutorError> {
+        // SAFETY: plain libc calls on a zeroed sigset in the container's
+        // single-threaded init process, right before execve.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+        DefaultExecutor {}.exec(spec)
+    }
+
+    fn validate(
+        &self,
+        spec: &libcontainer::oci_spec::runtime::Spec,
+    ) -> Result<(), ExecutorValidationError> {
+        DefaultExecutor {}.validate(spec)
     }
 }

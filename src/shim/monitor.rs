@@ -2,7 +2,7 @@
 //! API socket, and reap children whenever SIGCHLD arrives (a self-pipe
 //! written by the signal handler wakes `poll`).
 
-use super::fork::in_child;
+use super::fork::{in_child, ResetSignals};
 use super::wire::{read_msg, write_msg};
 use super::ExitRecord;
 use crate::api::shim::{
@@ -12,43 +12,13 @@ use crate::logs::{CriLogWriter, Stream, DEFAULT_MAX_LINE};
 use libcontainer::container::builder::ContainerBuilder;
 use libcontainer::container::Container;
 use libcontainer::syscall::syscall::SyscallType;
-use libcontainer::workload::{
-    default::DefaultExecutor, Executor, ExecutorError, ExecutorValidationError,
-};
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
-
-/// Resets what libcontainer leaves set before the payload's execve: the
-/// signal mask and SIGPIPE (ignored by the Rust runtime) would otherwise
-/// leak into every container.
-#[derive(Clone)]
-struct ResetSignals;
-
-impl Executor for ResetSignals {
-    fn exec(&self, spec: &libcontainer::oci_spec::runtime::Spec) -> Result<(), ExecutorError> {
-        // SAFETY: plain libc calls on a zeroed sigset in the container's
-        // single-threaded init process, right before execve.
-        unsafe {
-            let mut set: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut set);
-            libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
-            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-        }
-        DefaultExecutor {}.exec(spec)
-    }
-
-    fn validate(
-        &self,
-        spec: &libcontainer::oci_spec::runtime::Spec,
-    ) -> Result<(), ExecutorValidationError> {
-        DefaultExecutor {}.validate(spec)
-    }
-}
+use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(super) enum Status {
@@ -91,9 +61,7 @@ fn reply_err(code: i32, e: impl std::fmt::Display) -> ShimResponse {
     ShimResponse {
         error: e.to_string(),
         code,
-        state: None,
-        exec: None,
-        fds: None,
+        ..Default::default()
     }
 }
 
@@ -130,11 +98,8 @@ impl Shim {
 
     fn ok(&self, id: &str) -> ShimResponse {
         ShimResponse {
-            error: String::new(),
-            code: 0,
             state: self.state_of(id),
-            exec: None,
-            fds: None,
+            ..Default::default()
         }
     }
 
@@ -161,7 +126,18 @@ impl Shim {
                     format!("container {} not found in this shim", s.id),
                 ),
             },
-            Some(Request::Shutdown(_)) => {
+            Some(Request::Shutdown(r)) => {
+                if r.delete_stopped {
+                    let stopped: Vec<String> = self
+                        .containers
+                        .iter()
+                        .filter(|(_, e)| e.status == Status::Stopped)
+                        .map(|(id, _)| id.clone())
+                        .collect();
+                    for id in stopped {
+                        self.delete(&id, false);
+                    }
+                }
                 if self.containers.is_empty() {
                     self.shutdown = true;
                     self.ok("")
@@ -190,6 +166,7 @@ impl Shim {
             return reply_err(INVALID, format!("container {id} already exists"));
         }
         let mut readers: Vec<(OwnedFd, Stream)> = Vec::new();
+        let mut runtime = Duration::ZERO;
         let mut cio = match self.streams.prepare_create(&self.dir, req) {
             Ok(c) => c,
             Err(e) => return reply_err(INTERNAL, e),
@@ -233,7 +210,8 @@ impl Shim {
             };
             let youki = &self.youki;
             let console = cio.console_socket();
-            in_child(move || {
+            let t0 = Instant::now();
+            let made = in_child(move || {
                 let c = ContainerBuilder::new(id.to_string(), SyscallType::default())
                     .validate_id()
                     .map_err(|e| e.to_string())?
@@ -255,7 +233,9 @@ impl Shim {
                 c.pid()
                     .map(|p| p.as_raw())
                     .ok_or_else(|| "created container has no pid".to_string())
-            })
+            });
+            runtime = t0.elapsed();
+            made
         })();
         let built = built.and_then(|pid| {
             // A tty container's output comes from its console master.
@@ -279,7 +259,10 @@ impl Shim {
                         exit: None,
                     },
                 );
-                self.ok(id)
+                ShimResponse {
+                    runtime_us: runtime.as_micros() as u64,
+                    ..self.ok(id)
+                }
             }
             Err(e) => {
                 // A half-made container: drop libcontainer's state and reap.
@@ -303,12 +286,14 @@ impl Shim {
             );
         }
         let state = self.youki.join(id);
+        let t0 = Instant::now();
         let r = in_child(|| {
             Container::load(state)
                 .and_then(|mut c| c.start())
                 .map(|()| 0)
                 .map_err(|e| format!("{e:#}"))
         });
+        let runtime = t0.elapsed();
         match r {
             Ok(_) => {
                 if let Some(e) = self.containers.get_mut(id) {
@@ -316,7 +301,10 @@ impl Shim {
                         e.status = Status::Running;
                     }
                 }
-                self.ok(id)
+                ShimResponse {
+                    runtime_us: runtime.as_micros() as u64,
+                    ..self.ok(id)
+                }
             }
             Err(e) => reply_err(INTERNAL, format!("start container {id}: {e}")),
         }
@@ -334,6 +322,7 @@ impl Shim {
             Err(err) => return reply_err(INVALID, format!("signal {signal}: {err}")),
         };
         let state = self.youki.join(id);
+        let t0 = Instant::now();
         let r = in_child(|| {
             Container::load(state)
                 .and_then(|mut c| {
@@ -346,8 +335,12 @@ impl Shim {
                 .map(|()| 0)
                 .map_err(|e| format!("{e:#}"))
         });
+        let runtime = t0.elapsed();
         match r {
-            Ok(_) => self.ok(id),
+            Ok(_) => ShimResponse {
+                runtime_us: runtime.as_micros() as u64,
+                ..self.ok(id)
+            },
             Err(e) => reply_err(INTERNAL, format!("kill container {id}: {e}")),
         }
     }
@@ -370,8 +363,8 @@ impl Shim {
         if e.status != Status::Stopped {
             // Kill and reap first, so the cgroup is empty when it is removed.
             let _ = self.kill(id, libc::SIGKILL, true);
-            let deadline = std::time::Instant::now() + Duration::from_secs(10);
-            while std::time::Instant::now() < deadline {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline {
                 self.reap();
                 if self
                     .containers
@@ -384,9 +377,11 @@ impl Shim {
                 std::thread::sleep(Duration::from_millis(1));
             }
         }
+        let t0 = Instant::now();
         if let Err(err) = self.youki_delete(id) {
             return reply_err(INTERNAL, format!("delete container {id}: {err}"));
         }
+        let runtime = t0.elapsed();
         self.reap();
         let _ = std::fs::remove_dir_all(self.youki.join(id));
         self.drain_logs(Some(id));
@@ -395,7 +390,10 @@ impl Shim {
         self.streams.forget(id);
         self.oom.forget(id);
         self.containers.remove(id);
-        self.ok(id)
+        ShimResponse {
+            runtime_us: runtime.as_micros() as u64,
+            ..self.ok(id)
+        }
     }
 
     /// Deletes libcontainer's state and cgroup of `id` (nothing to do when
@@ -488,7 +486,7 @@ impl Shim {
                     exited_at: now_ns(),
                     oom_kills: self.oom.exited(id, code),
                 };
-                if let Err(err) = crate::store::atomic::write_json(
+                if let Err(err) = crate::store::atomic::write_state_json(
                     &dir.join("exits").join(format!("{id}.json")),
                     &rec,
                 ) {
