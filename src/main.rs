@@ -383,7 +383,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let cfg = load_config(&flags)?;
             husk::logging::init(&cfg.log_level, &cfg.log_format);
             husk::sys::limit_malloc_arenas();
-            runtime()?.block_on(husk::server::serve(cfg))
+            // Blocking threads a burst of RPCs started (a pod's steps run on
+            // them) exit after a second idle, before the server trims itself.
+            tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .thread_keep_alive(std::time::Duration::from_secs(1))
+                .build()
+                .context("start async runtime")?
+                .block_on(husk::server::serve(cfg))
         }
         Cmd::Check { flags, json } => {
             let cfg = load_config(&flags)?;

@@ -101,47 +101,65 @@ pub fn release_memory() {
 }
 
 /// Drops what this process holds resident without using it: freed heap
-/// (`release_memory`) and the page-table entries of its own code. The
-/// code stays in the page cache, shared with every husk process, and is
-/// mapped back (a minor fault per few pages) when it next runs. Only the
-/// executable mappings of the binary are dropped: they are never written,
-/// so nothing is lost (its relocated read-only data is left alone).
+/// (`release_memory`) and the page-table entries of its binary's read-only
+/// mappings (code, constants). Those pages stay in the page cache, shared
+/// with every husk process, and are mapped back (a minor fault per few
+/// pages) when next used. Only mappings that were never written are
+/// dropped (no anonymous pages: the relocated read-only data is left
+/// alone), so nothing is lost.
 pub fn trim_resident() {
     release_memory();
     let Ok(exe) = std::fs::read_link("/proc/self/exe") else {
         return;
     };
-    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+    let Ok(smaps) = std::fs::read_to_string("/proc/self/smaps") else {
         return;
     };
-    for (lo, hi) in code_ranges(&maps, &exe.to_string_lossy()) {
-        // SAFETY: [lo, hi) is a private, never-written executable mapping
-        // of the binary; MADV_DONTNEED only drops its page-table entries
-        // and the pages are read back from the file on the next access.
+    for (lo, hi) in clean_ranges(&smaps, &exe.to_string_lossy()) {
+        // SAFETY: [lo, hi) is a private, read-only mapping of the binary
+        // with no anonymous (written) page; MADV_DONTNEED only drops its
+        // page-table entries and the pages are read back from the file on
+        // the next access.
         unsafe {
             libc::madvise(lo as *mut libc::c_void, hi - lo, libc::MADV_DONTNEED);
         }
     }
 }
 
-/// The `r-xp` mappings of `exe` in a /proc/<pid>/maps text.
-fn code_ranges(maps: &str, exe: &str) -> Vec<(usize, usize)> {
-    maps.lines()
-        .filter_map(|l| {
-            let mut f = l.split_whitespace();
-            let range = f.next()?;
-            let perms = f.next()?;
-            let path = f.nth(3)?;
-            if perms != "r-xp" || path != exe || f.next().is_some() {
-                return None;
+/// The mappings of `exe` in a /proc/<pid>/smaps text that are not
+/// writable and hold no anonymous page.
+fn clean_ranges(smaps: &str, exe: &str) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    let mut current: Option<(usize, usize)> = None;
+    for l in smaps.lines() {
+        let mut f = l.split_whitespace();
+        let Some(first) = f.next() else { continue };
+        if let Some((lo, hi)) = first.split_once('-') {
+            // A mapping's header: range perms offset dev inode [path].
+            let perms = f.next().unwrap_or("");
+            let path = f.nth(3);
+            current = None;
+            if perms.starts_with('r')
+                && !perms.contains('w')
+                && perms.ends_with('p')
+                && path == Some(exe)
+                && f.next().is_none()
+            {
+                if let (Ok(lo), Ok(hi)) =
+                    (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16))
+                {
+                    current = Some((lo, hi));
+                }
             }
-            let (lo, hi) = range.split_once('-')?;
-            Some((
-                usize::from_str_radix(lo, 16).ok()?,
-                usize::from_str_radix(hi, 16).ok()?,
-            ))
-        })
-        .collect()
+        } else if first == "Anonymous:" {
+            if let Some(r) = current.take() {
+                if f.next() == Some("0") {
+                    out.push(r);
+                }
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -149,22 +167,35 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_the_binarys_code_is_trimmed() {
-        let maps = "\
+    fn only_the_binarys_unwritten_read_only_mappings_are_trimmed() {
+        let smaps = "\
 00200000-00783000 r--p 00000000 fd:01 42 /usr/bin/husk
+Rss:                 512 kB
+Anonymous:             0 kB
 00783000-02016000 r-xp 00583000 fd:01 42 /usr/bin/husk
+Rss:                1088 kB
+Anonymous:             0 kB
 02016000-0201a000 r--p 01e16000 fd:01 42 /usr/bin/husk
+Rss:                  16 kB
+Anonymous:            16 kB
+0201a000-0201c000 rw-p 01e1a000 fd:01 42 /usr/bin/husk
+Anonymous:             8 kB
 7f00-7f10 r-xp 00026000 fd:01 7 /usr/lib/x86_64-linux-gnu/libc.so.6
+Anonymous:             0 kB
 7f20-7f30 r-xp 00000000 fd:01 43 /usr/bin/husk (deleted)
+Anonymous:             0 kB
 7ffd-7ffe rw-p 00000000 00:00 0 [stack]
+Anonymous:             4 kB
 ";
         assert_eq!(
-            code_ranges(maps, "/usr/bin/husk"),
-            vec![(0x783000, 0x2016000)]
+            clean_ranges(smaps, "/usr/bin/husk"),
+            vec![(0x200000, 0x783000), (0x783000, 0x2016000)]
         );
-        // After the trim the process still runs its code.
+        // After a real trim this process still runs its code and reads its
+        // constants.
         trim_resident();
-        assert_eq!(code_ranges("", "/x"), vec![]);
+        assert_eq!(clean_ranges("", "/x"), vec![]);
+        assert_eq!(unescape("/a\\040b"), "/a b");
     }
 
     #[test]
