@@ -96,23 +96,9 @@ impl ContainerManager {
         }
         std::fs::write(dir.join("config.pb"), c.encode_to_vec())
             .map_err(SandboxError::io("save container config"))?;
-        let lower: Vec<String> = self
+        let opts = self
             .images
-            .layer_dirs(image)?
-            .iter()
-            .rev()
-            .map(|p| p.display().to_string())
-            .collect();
-        let lowerdir = if lower.len() == 1 {
-            lower[0].clone()
-        } else {
-            lower.join(":")
-        };
-        let opts = format!(
-            "lowerdir={lowerdir},upperdir={},workdir={}",
-            dir.join("upper").display(),
-            dir.join("work").display()
-        );
+            .rootfs_options(image, &dir.join("upper"), &dir.join("work"))?;
         crate::sys::mount_overlay(&dir.join("rootfs"), &opts)
             .map_err(SandboxError::io("mount container rootfs"))?;
         steps.end("rootfs");

@@ -15,7 +15,7 @@ use super::registry::RegistryClient;
 use super::snapshot::Snapshots;
 use super::ImageError;
 use std::collections::{HashMap, HashSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::{Duration, Instant};
@@ -324,6 +324,28 @@ impl ImageManager {
                 })
             })
             .collect()
+    }
+
+    /// Overlay mount options for a container rootfs of `rec`: its layers
+    /// as the lower dirs (top layer first), `upper` and `work` its own.
+    pub fn rootfs_options(
+        &self,
+        rec: &ImageRecord,
+        upper: &Path,
+        work: &Path,
+    ) -> Result<String, ImageError> {
+        let lower: Vec<String> = self
+            .layer_dirs(rec)?
+            .iter()
+            .rev()
+            .map(|p| p.display().to_string())
+            .collect();
+        Ok(format!(
+            "lowerdir={},upperdir={},workdir={}",
+            lower.join(":"),
+            upper.display(),
+            work.display()
+        ))
     }
 
     /// Unused bytes counter for progress display.

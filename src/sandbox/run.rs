@@ -286,19 +286,9 @@ impl SandboxManager {
         for d in ["rootfs", "upper", "work"] {
             std::fs::create_dir_all(bundle.join(d)).map_err(SandboxError::io("create bundle"))?;
         }
-        let lower: Vec<String> = self
-            .images
-            .layer_dirs(image)?
-            .iter()
-            .rev()
-            .map(|p| p.display().to_string())
-            .collect();
-        let opts = format!(
-            "lowerdir={},upperdir={},workdir={}",
-            lower.join(":"),
-            bundle.join("upper").display(),
-            bundle.join("work").display()
-        );
+        let opts =
+            self.images
+                .rootfs_options(image, &bundle.join("upper"), &bundle.join("work"))?;
         crate::sys::mount_overlay(&rootfs, &opts)
             .map_err(SandboxError::io("mount pause rootfs"))?;
         steps.end("rootfs");
@@ -387,21 +377,16 @@ impl SandboxManager {
                 .map_err(|e| SandboxError::Shim(e.to_string()))?;
         }
         steps.end("shim");
-        let made = shim_call(
+        let started = shim_call(
             &shim_dir,
             Request::Create(crate::api::shim::CreateRequest {
                 id: id.to_string(),
                 bundle: bundle.display().to_string(),
-                stdout_path: String::new(),
-                stderr_path: String::new(),
+                start: true,
                 ..Default::default()
             }),
         )?;
-        let started = shim_call(
-            &shim_dir,
-            Request::Start(crate::api::shim::StartRequest { id: id.to_string() }),
-        )?;
-        let runtime = Duration::from_micros(made.runtime_us + started.runtime_us);
+        let runtime = Duration::from_micros(started.runtime_us);
         steps.end_split("pause", "pause runtime", runtime);
         let pause_pid = started.state.map(|s| s.pid).unwrap_or(0);
 

@@ -105,6 +105,17 @@ impl Shim {
 
     fn handle(&mut self, req: ShimRequest) -> ShimResponse {
         match req.request {
+            Some(Request::Create(c)) if c.start => {
+                let made = self.create(&c);
+                if !made.error.is_empty() {
+                    return made;
+                }
+                let started = self.start(&c.id);
+                ShimResponse {
+                    runtime_us: made.runtime_us + started.runtime_us,
+                    ..started
+                }
+            }
             Some(Request::Create(c)) => self.create(&c),
             Some(Request::ReopenLog(r)) if !self.logs.contains_key(&r.id) => reply_err(
                 NOT_FOUND,
