@@ -175,6 +175,48 @@ async fn server_killed_inside_container_calls_and_pod_teardown() {
     }
 }
 
+/// Pod and container records are not synced (they mean nothing after a
+/// reboot): after a power cut one may be empty or torn. Such a record, at
+/// a restart, is discarded with everything it stood for, a running pod and
+/// its container included, and the server serves.
+#[tokio::test(flavor = "multi_thread")]
+async fn records_torn_by_a_power_cut_are_discarded_with_what_they_held() {
+    if !common::require_root() {
+        return;
+    }
+    let mut p = setup(vec![]).await;
+    let image = app_image(&p).await;
+    let pc = pod_config(&p, "torn");
+    let pod = run(&p.h, pc.clone()).await.unwrap();
+    let c = create_start(&p.h, &pod, &pc, ccfg(&image, "app", &[], &["sleep 3600"])).await;
+    let kept = run(&p.h, p.config("kept")).await.unwrap();
+    p.h.kill9();
+    let root = p.h.root();
+    std::fs::write(root.join("sandboxes").join(&pod).join("sandbox.json"), b"").unwrap();
+    std::fs::write(
+        root.join("containers").join(&c).join("container.json"),
+        b"{\"version\": 1, \"id\"",
+    )
+    .unwrap();
+    p.h.spawn().await;
+    let listed: Vec<String> = list_pods(&p).await.into_iter().map(|s| s.id).collect();
+    assert_eq!(listed, vec![kept.clone()], "{}", p.h.log());
+    assert!(
+        p.h.log().contains("unreadable sandbox record"),
+        "{}",
+        p.h.log()
+    );
+    // The torn pod's network, shim, mounts and cgroups went with it: only
+    // the kept pod's remain, and after its removal nothing.
+    assert_eq!(p.net.leases(), 1);
+    assert_eq!(
+        shims_for(&p.h.dir.path().join("run").join("s").join(&pod)),
+        0
+    );
+    remove_listed(&p).await;
+    assert_clean(&mut p, "after torn records").await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn shim_killed_inside_create_and_start() {
     if !common::require_root() {
