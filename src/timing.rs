@@ -121,11 +121,6 @@ impl Stages {
         self.push(outside.into(), Kind::External, external);
     }
 
-    /// The stages ended so far.
-    pub fn so_far(&self) -> impl Iterator<Item = (&str, Duration)> {
-        self.done.iter().map(|(n, _, d)| (n.as_str(), *d))
-    }
-
     /// Ends the operation: logs its summary and keeps its samples.
     pub fn finish(mut self) -> Vec<(String, Duration)> {
         let total = self.start.elapsed();
