@@ -21,6 +21,8 @@ pub enum Kind {
     PermissionDenied,
     /// Out of space (a full disk or quota), or a message over the limit.
     ResourceExhausted,
+    /// A feature husk does not have yet (the message names it).
+    Unimplemented,
     Internal,
 }
 
@@ -70,6 +72,7 @@ impl From<Kind> for tonic::Code {
             Kind::Unauthenticated => tonic::Code::Unauthenticated,
             Kind::PermissionDenied => tonic::Code::PermissionDenied,
             Kind::ResourceExhausted => tonic::Code::ResourceExhausted,
+            Kind::Unimplemented => tonic::Code::Unimplemented,
             Kind::Internal => tonic::Code::Internal,
         }
     }

@@ -41,6 +41,20 @@ impl ContainerManager {
         if md.name.is_empty() {
             return Err(SandboxError::Invalid("metadata.name is required".into()));
         }
+        // The kubelet repeats the pod's user namespace options here.
+        let userns = c
+            .linux
+            .as_ref()
+            .and_then(|l| l.security_context.as_ref())
+            .and_then(|s| s.namespace_options.as_ref())
+            .and_then(|n| n.userns_options.as_ref());
+        if crate::sandbox::userns::parse(userns).map_err(SandboxError::Invalid)?
+            != crate::sandbox::userns::Userns::Node
+        {
+            return Err(SandboxError::Unsupported(
+                crate::sandbox::userns::NOT_SUPPORTED.into(),
+            ));
+        }
         let image_name = c
             .image
             .as_ref()

@@ -6,7 +6,7 @@
 //! (names, required fields, duplicate names and ports, quantities, probe
 //! and handler shapes) and refuse, clearly, what husk's kubelet does not
 //! provide (volume types other than emptyDir, hostPath, secret, configMap,
-//! projected and downwardAPI; gRPC probes).
+//! projected and downwardAPI; gRPC probes; `hostUsers: false`).
 
 use super::defaults;
 use super::quantity;
@@ -103,6 +103,10 @@ pub fn admit(pod: &Pod) -> Result<(), Rejection> {
                 .is_some_and(|e| !e.is_empty())
             {
                 c.no("spec.ephemeralContainers: ephemeral containers are not supported".into());
+            }
+            // Never run a pod that asked for its own users with the node's.
+            if spec.host_users == Some(false) {
+                c.no("spec.hostUsers: user namespaces (hostUsers: false) are not supported".into());
             }
             let mut volumes = HashSet::new();
             for (i, v) in spec.volumes.iter().flatten().enumerate() {
@@ -544,5 +548,13 @@ mod tests {
         check("metadata: {name: a}\nspec:\n  volumes: [{name: s, secret: {secretName: x}}, {name: p, projected: {sources: [{serviceAccountToken: {path: token}}]}}]\n  containers:\n  - name: a\n    image: i\n    env: [{name: X, valueFrom: {secretKeyRef: {name: s, key: k}}}]\n    envFrom: [{configMapRef: {name: m}}]\n").unwrap();
         let r = check("metadata: {name: a}\nspec:\n  containers:\n  - name: a\n    image: i\n    envFrom: [{prefix: P}]\n").unwrap_err();
         assert_eq!(r.reason, "InvalidPod");
+    }
+
+    #[test]
+    fn host_users_false_is_unsupported_and_true_runs() {
+        let r = check("metadata: {name: a}\nspec:\n  hostUsers: false\n  containers:\n  - {name: a, image: i}\n").unwrap_err();
+        assert_eq!(r.reason, "Unsupported");
+        assert!(r.message.contains("spec.hostUsers"), "{}", r.message);
+        check("metadata: {name: a}\nspec:\n  hostUsers: true\n  containers:\n  - {name: a, image: i}\n").unwrap();
     }
 }

@@ -20,6 +20,7 @@ mod recover;
 mod run;
 pub mod spec;
 mod teardown;
+pub mod userns;
 pub mod validate;
 
 pub use manager::SandboxManager;
@@ -31,6 +32,9 @@ use crate::error::Kind;
 pub enum SandboxError {
     #[error("{0}")]
     Invalid(String),
+    /// Well-formed, but asks for what husk does not have yet.
+    #[error("{0}")]
+    Unsupported(String),
     #[error("pod sandbox {0} not found")]
     NotFound(String),
     #[error("failed to reserve sandbox name {name:?}: name is reserved for {id}")]
@@ -64,6 +68,7 @@ impl SandboxError {
     pub fn kind(&self) -> Kind {
         match self {
             SandboxError::Invalid(_) => Kind::InvalidArgument,
+            SandboxError::Unsupported(_) => Kind::Unimplemented,
             SandboxError::NotFound(_) => Kind::NotFound,
             SandboxError::NameReserved { .. } => Kind::AlreadyExists,
             SandboxError::Timeout(_) => Kind::DeadlineExceeded,

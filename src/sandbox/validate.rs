@@ -39,8 +39,9 @@ fn sysctl_allowed(key: &str, host_network: bool, host_ipc: bool) -> Result<(), S
     ))
 }
 
-/// Checks a config; the error is the InvalidArgument message.
-pub fn config(c: &PodSandboxConfig) -> Result<(), String> {
+/// Checks a config and returns the user namespace it asks for; the error
+/// is the InvalidArgument message.
+pub fn config(c: &PodSandboxConfig) -> Result<super::userns::Userns, String> {
     let m = c.metadata.as_ref().ok_or("metadata is required")?;
     if m.name.is_empty() {
         return Err("metadata.name is required".into());
@@ -67,6 +68,7 @@ pub fn config(c: &PodSandboxConfig) -> Result<(), String> {
             Err(_) => Err(format!("namespace_options.{what}: unknown mode {v}")),
         }
     };
+    let userns = super::userns::parse(ns.userns_options.as_ref())?;
     let net = mode(ns.network, "network", false)?;
     mode(ns.pid, "pid", true)?;
     let ipc = mode(ns.ipc, "ipc", false)?;
@@ -128,7 +130,7 @@ pub fn config(c: &PodSandboxConfig) -> Result<(), String> {
             ));
         }
     }
-    Ok(())
+    Ok(userns)
 }
 
 /// A hostname the kernel takes and resolvers agree with: at most 63
