@@ -199,3 +199,42 @@ async fn log_records_at_every_edge() {
     stop_remove_pod(&p.h, &pod).await;
     assert_eq!(leftovers(&p), Vec::<String>::new());
 }
+
+/// Whoever sees a container exited finds all it wrote in its log: the shim
+/// drains the pipes before it records the exit, as containerd waits for
+/// its IO copy before it reports a task's exit. (The kubelet reads a
+/// FallbackToLogsOnError termination message right after the exit.)
+/// Each container's status is polled tightly, so the first EXITED seen
+/// is checked, twenty times over.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_log_holds_every_line_once_the_exit_is_seen() {
+    if !common::require_root() {
+        return;
+    }
+    let p = setup(vec![]).await;
+    let image = app_image(&p).await;
+    let pc = pod_config(&p, "drain");
+    let pod = run(&p.h, pc.clone()).await.unwrap();
+    for i in 0..20 {
+        let name = format!("c{i}");
+        let script = "echo out; echo err >&2; exit 3";
+        let id = create_start(&p.h, &pod, &pc, ccfg(&image, &name, &[], &[script])).await;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let st = common::ctr::container_status(&p.h, &id).await;
+            if st.state == ContainerState::ContainerExited as i32 {
+                assert_eq!(st.exit_code, 3);
+                break;
+            }
+            assert!(Instant::now() < deadline, "{name} did not exit");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let recs = records(&log_file(&pc, &format!("{name}/0.log")));
+        assert!(
+            recs.contains(&rec("stdout", "F", "out")) && recs.contains(&rec("stderr", "F", "err")),
+            "{name}: {recs:?}"
+        );
+    }
+    stop_remove_pod(&p.h, &pod).await;
+    assert_eq!(leftovers(&p), Vec::<String>::new());
+}

@@ -488,14 +488,28 @@ impl Shim {
             if self.streams.exited(pid, code) {
                 continue;
             }
+            let Some(id) = self
+                .containers
+                .iter()
+                .find(|(_, e)| e.pid == pid)
+                .map(|(id, _)| id.clone())
+            else {
+                continue;
+            };
+            // What the container wrote before it exited is in its pipes:
+            // into the log before the exit is recorded, so that whoever
+            // sees the exit (the kubelet's FallbackToLogsOnError, logs
+            // read right after) finds all of it, as containerd waits for
+            // its IO copy before it reports a task's exit.
+            self.drain_logs(Some(&id));
             let dir = self.dir.clone();
-            if let Some((id, e)) = self.containers.iter_mut().find(|(_, e)| e.pid == pid) {
+            if let Some(e) = self.containers.get_mut(&id) {
                 let rec = ExitRecord {
                     version: 1,
                     pid,
                     exit_code: code,
                     exited_at: now_ns(),
-                    oom_kills: self.oom.exited(id, code),
+                    oom_kills: self.oom.exited(&id, code),
                 };
                 if let Err(err) = crate::store::atomic::write_state_json(
                     &dir.join("exits").join(format!("{id}.json")),
@@ -507,7 +521,6 @@ impl Shim {
                 e.exit = Some(rec);
                 // Output that never went through the shim has no EOF to
                 // end its attachers: the exit ends them.
-                let id = id.clone();
                 if !self.pipes.iter().any(|(_, p, _)| *p == id) {
                     self.streams.output_closed(&id, Stream::Stdout);
                     self.streams.output_closed(&id, Stream::Stderr);
