@@ -22,6 +22,7 @@ mod fork;
 pub mod monitor;
 mod oom;
 pub mod process;
+mod reap;
 pub mod stream;
 pub mod tenant;
 pub mod wire;
