@@ -48,13 +48,9 @@ impl ContainerManager {
             .and_then(|l| l.security_context.as_ref())
             .and_then(|s| s.namespace_options.as_ref())
             .and_then(|n| n.userns_options.as_ref());
-        if crate::sandbox::userns::parse(userns).map_err(SandboxError::Invalid)?
-            != crate::sandbox::userns::Userns::Node
-        {
-            return Err(SandboxError::Unsupported(
-                crate::sandbox::userns::NOT_SUPPORTED.into(),
-            ));
-        }
+        crate::sandbox::userns::parse(userns)
+            .map_err(SandboxError::Invalid)?
+            .runnable()?;
         let image_name = c
             .image
             .as_ref()

@@ -68,12 +68,9 @@ impl SandboxManager {
         config: PodSandboxConfig,
         runtime_handler: String,
     ) -> Result<String, SandboxError> {
-        let userns = validate::config(&config).map_err(SandboxError::Invalid)?;
-        if userns != super::userns::Userns::Node {
-            return Err(SandboxError::Unsupported(
-                super::userns::NOT_SUPPORTED.into(),
-            ));
-        }
+        validate::config(&config)
+            .map_err(SandboxError::Invalid)?
+            .runnable()?;
         let md = config.metadata.clone().unwrap_or_default();
         let name = format!("{}_{}_{}_{}", md.name, md.namespace, md.uid, md.attempt);
         let id = format!("{:032x}", rand::random::<u128>());

@@ -10,8 +10,9 @@
 //! policy, not the runtime's.
 //!
 //! husk does not run pods in a user namespace yet: a well-formed POD
-//! request is refused by the caller (Unimplemented), never run with the
-//! node's users, and Status advertises no `user_namespaces` feature.
+//! request is refused ([`Userns::runnable`], Unimplemented), never run
+//! with the node's users, and Status advertises no `user_namespaces`
+//! feature.
 
 use crate::api::cri::{IdMapping, NamespaceMode, UserNamespace};
 
@@ -101,11 +102,21 @@ fn one_range(what: &str, maps: &[IdMapping]) -> Result<Option<IdRange>, String> 
     }))
 }
 
-/// The message a well-formed POD request is refused with (Unimplemented).
-pub const NOT_SUPPORTED: &str =
-    "user namespaces (hostUsers: false) are not supported by husk yet: \
-     the pod would run with the node's users, so it is refused (Status advertises no \
-     user_namespaces feature)";
+impl Userns {
+    /// What husk can run: the node's users. A pod user namespace is
+    /// refused (Unimplemented) until husk has one, never run without it.
+    pub fn runnable(&self) -> Result<(), super::SandboxError> {
+        match self {
+            Userns::Node => Ok(()),
+            Userns::Pod { .. } => Err(super::SandboxError::Unsupported(
+                "user namespaces (hostUsers: false) are not supported by husk yet: the pod \
+                 would run with the node's users, so it is refused (Status advertises no \
+                 user_namespaces feature)"
+                    .into(),
+            )),
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {
