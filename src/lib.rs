@@ -12,6 +12,7 @@ pub mod config;
 pub mod container;
 pub mod error;
 pub mod events;
+pub mod idmap;
 pub mod image;
 pub mod kubelet;
 pub mod logging;

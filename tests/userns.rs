@@ -1,50 +1,21 @@
 //! User namespace options (`hostUsers`), through a real `husk serve`.
 //!
-//! husk does not run pods in a user namespace yet, so a `hostUsers: false`
-//! pod must never run with the node's users: a well-formed mode POD is
-//! Unimplemented (for RunPodSandbox and CreateContainer), every malformed
-//! request is InvalidArgument with its reason (the refusals critest checks
-//! and containerd makes), and nothing is left behind. Mode NODE, which the
-//! kubelet sends for every ordinary pod, runs as before.
+//! Every malformed request is InvalidArgument with its reason (the
+//! refusals critest checks and containerd makes), and nothing is left
+//! behind; mode NODE, which the kubelet sends for every ordinary pod, runs
+//! with the node's users. The pod user namespace itself (mode POD) is in
+//! `userns_pod.rs`.
 #![allow(clippy::unwrap_used)]
 
 mod common;
 
 use common::ctr::{app_image, ccfg, create_start, pod_config, stop_remove_pod};
 use common::pod::*;
+use common::userns::*;
 use husk::api::cri::*;
 
-fn map(container_id: u32, host_id: u32, length: u32) -> IdMapping {
-    IdMapping {
-        container_id,
-        host_id,
-        length,
-    }
-}
-
-fn userns(mode: NamespaceMode, uids: Vec<IdMapping>, gids: Vec<IdMapping>) -> UserNamespace {
-    UserNamespace {
-        mode: mode as i32,
-        uids,
-        gids,
-    }
-}
-
-fn with_userns(mut pc: PodSandboxConfig, u: UserNamespace) -> PodSandboxConfig {
-    let sc = pc
-        .linux
-        .as_mut()
-        .unwrap()
-        .security_context
-        .get_or_insert_with(Default::default);
-    sc.namespace_options
-        .get_or_insert_with(Default::default)
-        .userns_options = Some(u);
-    pc
-}
-
 #[tokio::test(flavor = "multi_thread")]
-async fn pod_mode_is_refused_and_bad_options_are_invalid_with_nothing_left() {
+async fn bad_options_are_invalid_with_nothing_left() {
     if !common::require_root() {
         return;
     }
@@ -52,19 +23,6 @@ async fn pod_mode_is_refused_and_bad_options_are_invalid_with_nothing_left() {
     let image = app_image(&p).await;
     // As the kubelet maps a hostUsers: false pod: 65536 ids above 65535.
     let ok = || vec![map(0, 65536 * 2, 65536)];
-
-    // A well-formed hostUsers: false pod: Unimplemented, with the reason.
-    let st = run(
-        &p.h,
-        with_userns(
-            pod_config(&p, "userns-pod"),
-            userns(NamespaceMode::Pod, ok(), ok()),
-        ),
-    )
-    .await
-    .unwrap_err();
-    assert_eq!(st.code(), tonic::Code::Unimplemented, "{st:?}");
-    assert!(st.message().contains("user namespaces"), "{st:?}");
 
     // Malformed: InvalidArgument naming what is wrong.
     let two = vec![map(0, 65536, 65536), map(0, 131072, 65536)];
@@ -117,6 +75,23 @@ async fn pod_mode_is_refused_and_bad_options_are_invalid_with_nothing_left() {
         assert_eq!(st.code(), tonic::Code::InvalidArgument, "{what}: {st:?}");
         assert!(st.message().contains(reason), "{what}: {st:?}");
     }
+    // A pod user namespace owns the pod's network namespace: not with the
+    // node's.
+    let mut host_net = with_userns(
+        pod_config(&p, "userns-hostnet"),
+        userns(NamespaceMode::Pod, ok(), ok()),
+    );
+    let sc = host_net
+        .linux
+        .as_mut()
+        .unwrap()
+        .security_context
+        .as_mut()
+        .unwrap();
+    sc.namespace_options.as_mut().unwrap().network = NamespaceMode::Node as i32;
+    let st = run(&p.h, host_net).await.unwrap_err();
+    assert_eq!(st.code(), tonic::Code::InvalidArgument, "{st:?}");
+    assert!(st.message().contains("node's network"), "{st:?}");
     assert!(list_pods(&p).await.is_empty());
     assert_eq!(leftovers(&p), Vec::<String>::new());
 
@@ -150,7 +125,7 @@ async fn pod_mode_is_refused_and_bad_options_are_invalid_with_nothing_left() {
     assert_eq!(String::from_utf8_lossy(&out.stdout), host_map);
 
     // A container asking for mode POD (or malformed options) in that pod
-    // is refused the same way, and no container is made.
+    // is refused, and no container is made.
     let mut c2 = ccfg(&image, "c2", &["/bin/sleep", "600"], &[]);
     common::ctr::security(&mut c2).namespace_options = Some(NamespaceOption {
         userns_options: Some(userns(NamespaceMode::Pod, ok(), ok())),
@@ -159,7 +134,11 @@ async fn pod_mode_is_refused_and_bad_options_are_invalid_with_nothing_left() {
     let st = common::ctr::try_create(&p.h, &pod, &pc, c2.clone())
         .await
         .unwrap_err();
-    assert_eq!(st.code(), tonic::Code::Unimplemented, "{st:?}");
+    assert_eq!(st.code(), tonic::Code::InvalidArgument, "{st:?}");
+    assert!(
+        st.message().contains("runs with the node's users"),
+        "{st:?}"
+    );
     common::ctr::security(&mut c2).namespace_options = Some(NamespaceOption {
         userns_options: Some(userns(NamespaceMode::Target, vec![], vec![])),
         ..Default::default()

@@ -42,15 +42,7 @@ impl ContainerManager {
             return Err(SandboxError::Invalid("metadata.name is required".into()));
         }
         // The kubelet repeats the pod's user namespace options here.
-        let userns = c
-            .linux
-            .as_ref()
-            .and_then(|l| l.security_context.as_ref())
-            .and_then(|s| s.namespace_options.as_ref())
-            .and_then(|n| n.userns_options.as_ref());
-        crate::sandbox::userns::parse(userns)
-            .map_err(SandboxError::Invalid)?
-            .runnable()?;
+        super::idmapped::check(&c, pod.userns.as_ref())?;
         let image_name = c
             .image
             .as_ref()
@@ -106,11 +98,7 @@ impl ContainerManager {
         }
         std::fs::write(dir.join("config.pb"), c.encode_to_vec())
             .map_err(SandboxError::io("save container config"))?;
-        let opts = self
-            .images
-            .rootfs_options(image, &dir.join("upper"), &dir.join("work"))?;
-        crate::sys::mount_overlay(&dir.join("rootfs"), &opts)
-            .map_err(SandboxError::io("mount container rootfs"))?;
+        crate::sandbox::rootfs::mount(&self.images, image, &dir, pod.userns.as_ref())?;
         steps.end("rootfs");
 
         // Mount points of the config's mounts, created inside the rootfs
@@ -147,6 +135,10 @@ impl ContainerManager {
         for (i, v) in d.volumes.clone().unwrap_or_default().keys().enumerate() {
             let host = dir.join("volumes").join(i.to_string());
             std::fs::create_dir_all(&host).map_err(SandboxError::io("create volume"))?;
+            if let Some((uid, gid)) = pod.userns.as_ref().map(|u| u.root()) {
+                std::os::unix::fs::chown(&host, Some(uid), Some(gid))
+                    .map_err(SandboxError::io("give the volume to the pod's root"))?;
+            }
             volumes.push((v.clone(), host));
         }
         let img = ImageDefaults {
@@ -206,12 +198,16 @@ impl ContainerManager {
                 .map_err(|SpecError(m)| SandboxError::Invalid(m))?;
         }
         let mut c = c.clone();
+        super::idmapped::mount_all(&mut c, &dir, pod.userns.as_ref())?;
         if let Some(res) = c.linux.as_mut().and_then(|l| l.resources.as_mut()) {
             crate::cgroup::resources::validate(res, crate::cgroup::Layout::host())?;
             crate::cgroup::prune_unsupported(crate::cgroup::Layout::host(), &cgroups_path, res);
         }
-        let spec = spec::build(id, &c, &img, &who, &ctx)
+        let mut spec = spec::build(id, &c, &img, &who, &ctx)
             .map_err(|SpecError(m)| SandboxError::Invalid(m))?;
+        if let Some(u) = &pod.userns {
+            crate::sandbox::spec::user_namespace(&mut spec, u);
+        }
         atomic::write_state_json(&dir.join("config.json"), &spec)
             .map_err(SandboxError::io("write container spec"))?;
         steps.end("spec");

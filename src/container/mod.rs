@@ -6,6 +6,7 @@
 
 mod create;
 mod exits;
+mod idmapped;
 pub mod manager;
 pub mod mounts;
 mod ops;

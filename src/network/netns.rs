@@ -22,7 +22,8 @@ pub enum Kind {
 }
 
 impl Kind {
-    fn proc_name(self) -> &'static str {
+    /// Its name under /proc/<pid>/ns.
+    pub fn proc_name(self) -> &'static str {
         match self {
             Kind::Net => "net",
             Kind::Ipc => "ipc",

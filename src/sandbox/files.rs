@@ -35,19 +35,28 @@ pub fn hosts(hostname: &str, ip: Option<&str>) -> String {
     s
 }
 
-/// Writes resolv.conf, hostname and hosts into `dir`.
+/// Writes resolv.conf, hostname and hosts into `dir`, owned by `owner`
+/// (the pod's root in a pod user namespace) when given.
 pub fn write_all(
     dir: &Path,
     dns: Option<&DnsConfig>,
     hostname: &str,
     ip: Option<&str>,
+    owner: Option<(u32, u32)>,
 ) -> std::io::Result<()> {
-    crate::store::atomic::write_state_file(&dir.join("resolv.conf"), resolv_conf(dns)?.as_bytes())?;
-    crate::store::atomic::write_state_file(
-        &dir.join("hostname"),
-        format!("{hostname}\n").as_bytes(),
-    )?;
-    crate::store::atomic::write_state_file(&dir.join("hosts"), hosts(hostname, ip).as_bytes())
+    let files = [
+        ("resolv.conf", resolv_conf(dns)?),
+        ("hostname", format!("{hostname}\n")),
+        ("hosts", hosts(hostname, ip)),
+    ];
+    for (name, text) in files {
+        let p = dir.join(name);
+        crate::store::atomic::write_state_file(&p, text.as_bytes())?;
+        if let Some((uid, gid)) = owner {
+            std::os::unix::fs::chown(&p, Some(uid), Some(gid))?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

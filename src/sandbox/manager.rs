@@ -76,6 +76,9 @@ pub struct SandboxRecord {
     /// has nothing left to do.
     #[serde(default)]
     pub stopped: bool,
+    /// The pod's own user namespace (hostUsers: false); None: the node's.
+    #[serde(default)]
+    pub userns: Option<super::userns::PodUserns>,
 }
 
 impl SandboxRecord {

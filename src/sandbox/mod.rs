@@ -17,6 +17,7 @@
 pub mod files;
 pub mod manager;
 mod recover;
+pub mod rootfs;
 mod run;
 pub mod spec;
 mod teardown;
@@ -50,6 +51,10 @@ pub enum SandboxError {
     },
     #[error("shim: {0}")]
     Shim(String),
+    /// A tree the pod's user namespace needs idmapped that this node
+    /// cannot idmap.
+    #[error(transparent)]
+    Idmap(#[from] crate::idmap::IdmapError),
     #[error(transparent)]
     Resources(#[from] crate::cgroup::resources::ResourceError),
     #[error("{0}")]
@@ -72,7 +77,7 @@ impl SandboxError {
             SandboxError::NotFound(_) => Kind::NotFound,
             SandboxError::NameReserved { .. } => Kind::AlreadyExists,
             SandboxError::Timeout(_) => Kind::DeadlineExceeded,
-            SandboxError::NotRunning(_) => Kind::FailedPrecondition,
+            SandboxError::NotRunning(_) | SandboxError::Idmap(_) => Kind::FailedPrecondition,
             SandboxError::Image(e) => e.kind(),
             SandboxError::Resources(e) => e.kind(),
             // No network config yet: the node is not ready for pods.

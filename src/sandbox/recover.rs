@@ -122,8 +122,11 @@ impl SandboxManager {
                 tracing::warn!(mount = %m.display(), error = %e, "unmount");
             }
         }
-        for kind in [NsKind::Net, NsKind::Ipc, NsKind::Uts] {
-            if let Err(e) = netns::remove(&netns::pin_path(&self.paths.state, kind, id)) {
+        let pins = [NsKind::Net, NsKind::Ipc, NsKind::Uts]
+            .map(|kind| netns::pin_path(&self.paths.state, kind, id));
+        let user = super::userns::pin_path(&self.paths.state, id);
+        for p in pins.iter().chain([&user]) {
+            if let Err(e) = netns::remove(p) {
                 tracing::warn!(pod_sandbox_id = %id, error = %e, "remove namespace pin");
             }
         }

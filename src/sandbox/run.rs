@@ -1,6 +1,7 @@
 //! RunPodSandbox: the transactional create (each step pushes its undo;
 //! a failure unwinds them in reverse), CNI ADD in parallel with the pause.
 
+use super::userns::{PodUserns, Userns};
 use super::{files, spec, validate, SandboxError};
 use crate::api::cri::{NamespaceMode, PodSandboxConfig};
 use crate::api::shim::{shim_request::Request, DeleteRequest, ShutdownRequest};
@@ -68,9 +69,15 @@ impl SandboxManager {
         config: PodSandboxConfig,
         runtime_handler: String,
     ) -> Result<String, SandboxError> {
-        validate::config(&config)
-            .map_err(SandboxError::Invalid)?
-            .runnable()?;
+        let userns = validate::config(&config).map_err(SandboxError::Invalid)?;
+        let (net, pid, ipc) = mode(&config);
+        userns
+            .check_modes(
+                net == NamespaceMode::Node,
+                pid == NamespaceMode::Node,
+                ipc == NamespaceMode::Node,
+            )
+            .map_err(SandboxError::Invalid)?;
         let md = config.metadata.clone().unwrap_or_default();
         let name = format!("{}_{}_{}_{}", md.name, md.namespace, md.uid, md.attempt);
         let id = format!("{:032x}", rand::random::<u128>());
@@ -106,7 +113,7 @@ impl SandboxManager {
         let this = self.clone();
         let id2 = id.clone();
         let created = tokio::task::spawn_blocking(move || {
-            this.create(&id2, &config, &image, runtime_handler)
+            this.create(&id2, &config, &image, runtime_handler, &userns)
         })
         .await
         .map_err(|e| SandboxError::Shim(format!("create task: {e}")))?;
@@ -128,9 +135,10 @@ impl SandboxManager {
         c: &PodSandboxConfig,
         image: &crate::image::ImageRecord,
         runtime_handler: String,
+        userns: &Userns,
     ) -> Result<SandboxRecord, SandboxError> {
         let mut undo = Undo::default();
-        let r = self.create_steps(id, c, image, runtime_handler, &mut undo);
+        let r = self.create_steps(id, c, image, runtime_handler, userns, &mut undo);
         match r {
             Ok(rec) => {
                 undo.commit();
@@ -150,6 +158,7 @@ impl SandboxManager {
         c: &PodSandboxConfig,
         image: &crate::image::ImageRecord,
         runtime_handler: String,
+        userns: &Userns,
         undo: &mut Undo,
     ) -> Result<SandboxRecord, SandboxError> {
         let mut steps = crate::timing::Stages::new("RunPodSandbox");
@@ -214,8 +223,23 @@ impl SandboxManager {
         if !host_ipc {
             pins.push((NsKind::Ipc, path(NsKind::Ipc)));
         }
-        netns::create_set(&pins, Some(&hostname), true)
-            .map_err(SandboxError::io("create the pod's namespaces"))?;
+        let pod_userns = match *userns {
+            Userns::Node => {
+                netns::create_set(&pins, Some(&hostname), true)
+                    .map_err(SandboxError::io("create the pod's namespaces"))?;
+                None
+            }
+            Userns::Pod { uids, gids } => {
+                let pin = super::userns::pin_path(&self.paths.state, id);
+                crate::idmap::ns::create_pod(&pin, &pins, uids, gids, Some(&hostname), true)
+                    .map_err(SandboxError::io("create the pod's user namespace"))?;
+                let q = pin.clone();
+                undo.push("user namespace pin", move || {
+                    let _ = netns::remove(&q);
+                });
+                Some(PodUserns { pin, uids, gids })
+            }
+        };
         for (_, p) in &pins {
             let q = p.clone();
             undo.push("namespace pin", move || {
@@ -264,6 +288,10 @@ impl SandboxManager {
         } else {
             let p = dir.join("shm");
             std::fs::create_dir_all(&p).map_err(SandboxError::io("create shm dir"))?;
+            // Owned by the pod's root in a pod user namespace.
+            let (uid, gid) = pod_userns.as_ref().map(PodUserns::root).unwrap_or((0, 0));
+            let opts = std::ffi::CString::new(format!("mode=1777,size=65536k,uid={uid},gid={gid}"))
+                .map_err(|e| SandboxError::Invalid(e.to_string()))?;
             rustix::mount::mount(
                 "shm",
                 &p,
@@ -271,7 +299,7 @@ impl SandboxManager {
                 rustix::mount::MountFlags::NOSUID
                     | rustix::mount::MountFlags::NODEV
                     | rustix::mount::MountFlags::NOEXEC,
-                c"mode=1777,size=65536k",
+                opts.as_c_str(),
             )
             .map_err(|e| SandboxError::io("mount shm")(e.into()))?;
             let q = p.clone();
@@ -288,11 +316,7 @@ impl SandboxManager {
         for d in ["rootfs", "upper", "work"] {
             std::fs::create_dir_all(bundle.join(d)).map_err(SandboxError::io("create bundle"))?;
         }
-        let opts =
-            self.images
-                .rootfs_options(image, &bundle.join("upper"), &bundle.join("work"))?;
-        crate::sys::mount_overlay(&rootfs, &opts)
-            .map_err(SandboxError::io("mount pause rootfs"))?;
+        super::rootfs::mount(&self.images, image, &bundle, pod_userns.as_ref())?;
         steps.end("rootfs");
         {
             let q = rootfs.clone();
@@ -346,6 +370,7 @@ impl SandboxManager {
             netns: netns_path.as_deref(),
             ipcns: ipcns.as_deref(),
             utsns: utsns.as_deref(),
+            userns: pod_userns.as_ref(),
             own_pid_ns: pid_mode != NamespaceMode::Node,
             cgroup_ns: crate::cgroup::Layout::host().is_v2(),
             sysctls,
@@ -417,6 +442,7 @@ impl SandboxManager {
             c.dns_config.as_ref(),
             &hostname,
             ips.first().map(String::as_str),
+            pod_userns.as_ref().map(PodUserns::root),
         )
         .map_err(SandboxError::io("write pod files"))?;
         steps.end("files");
@@ -446,6 +472,7 @@ impl SandboxManager {
             log_directory: c.log_directory.clone(),
             cgroups_path,
             stopped: false,
+            userns: pod_userns,
         };
         self.write_record(&rec)?;
         steps.end("record");

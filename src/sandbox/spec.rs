@@ -86,6 +86,8 @@ pub struct PauseSpec<'a> {
     pub netns: Option<&'a Path>,
     pub ipcns: Option<&'a Path>,
     pub utsns: Option<&'a Path>,
+    /// The pod's user namespace; None: the node's users.
+    pub userns: Option<&'a super::userns::PodUserns>,
     pub own_pid_ns: bool,
     /// A private cgroup namespace (cgroup v2 hosts).
     pub cgroup_ns: bool,
@@ -125,6 +127,27 @@ pub fn pause(p: &PauseSpec<'_>) -> Value {
     if p.cgroup_ns {
         namespaces.push(json!({"type": "cgroup"}));
     }
+    let mut spec = base(p, namespaces);
+    if let Some(u) = p.userns {
+        user_namespace(&mut spec, u);
+    }
+    spec
+}
+
+/// Joins the pod's user namespace: its pin first among the namespaces
+/// (libcontainer enters it before the others, which it owns), and its
+/// mappings as `uidMappings`/`gidMappings` for what reads them.
+pub fn user_namespace(spec: &mut Value, u: &super::userns::PodUserns) {
+    let (uids, gids) = u.spec_mappings();
+    let linux = &mut spec["linux"];
+    if let Some(ns) = linux["namespaces"].as_array_mut() {
+        ns.insert(0, json!({"type": "user", "path": u.pin}));
+    }
+    linux["uidMappings"] = uids;
+    linux["gidMappings"] = gids;
+}
+
+fn base(p: &PauseSpec<'_>, namespaces: Vec<Value>) -> Value {
     let caps: Vec<&str> = DEFAULT_CAPS.to_vec();
     json!({
         "ociVersion": "1.0.2",
@@ -169,6 +192,7 @@ mod tests {
             netns: Some(net),
             ipcns: None,
             utsns: None,
+            userns: None,
             own_pid_ns: true,
             cgroup_ns: true,
             sysctls: vec![("net.ipv4.ip_unprivileged_port_start".into(), "0".into())],

@@ -201,7 +201,11 @@ impl SandboxManager {
                 .map_err(|e| SandboxError::io(format!("unmount {}", m.display()))(e.into()))?;
         }
         steps.end("unmount");
-        for p in [&rec.netns, &rec.ipcns, &rec.utsns].into_iter().flatten() {
+        let user = rec.userns.as_ref().map(|u| u.pin.clone());
+        for p in [&rec.netns, &rec.ipcns, &rec.utsns, &user]
+            .into_iter()
+            .flatten()
+        {
             netns::remove(p).map_err(SandboxError::io("remove namespace pin"))?;
         }
         let _ = std::fs::remove_dir(self.paths.state.join("ns").join(id));

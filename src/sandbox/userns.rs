@@ -9,15 +9,13 @@
 //! within 32-bit ids. Which host ranges a node hands out is the kubelet's
 //! policy, not the runtime's.
 //!
-//! husk does not run pods in a user namespace yet: a well-formed POD
-//! request is refused ([`Userns::runnable`], Unimplemented), never run
-//! with the node's users, and Status advertises no `user_namespaces`
-//! feature.
+//! A POD request runs the pod in its own user namespace (`crate::idmap`
+//! makes it); the record keeps it as [`PodUserns`].
 
 use crate::api::cri::{IdMapping, NamespaceMode, UserNamespace};
 
 /// One id range: `length` ids from `container_id` inside, `host_id` outside.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct IdRange {
     pub container_id: u32,
     pub host_id: u32,
@@ -102,18 +100,67 @@ fn one_range(what: &str, maps: &[IdMapping]) -> Result<Option<IdRange>, String> 
     }))
 }
 
+/// A pod's user namespace as its record keeps it: the pin every
+/// process of the pod joins, and the mappings (for idmapped mounts and the
+/// specs' `uidMappings`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PodUserns {
+    pub pin: std::path::PathBuf,
+    pub uids: IdRange,
+    pub gids: IdRange,
+}
+
+impl PodUserns {
+    /// The host ids of the pod's root (uid, gid).
+    pub fn root(&self) -> (u32, u32) {
+        (self.uids.host_id, self.gids.host_id)
+    }
+
+    /// The host ids that the pod's `(uid, gid)` are, when mapped.
+    pub fn to_host(&self, uid: u32, gid: u32) -> Option<(u32, u32)> {
+        Some((self.uids.to_host(uid)?, self.gids.to_host(gid)?))
+    }
+
+    /// `linux.uidMappings` and `linux.gidMappings` of an OCI spec.
+    pub fn spec_mappings(&self) -> (serde_json::Value, serde_json::Value) {
+        let m = |r: IdRange| serde_json::json!([{"containerID": r.container_id, "hostID": r.host_id, "size": r.length}]);
+        (m(self.uids), m(self.gids))
+    }
+}
+
+impl IdRange {
+    /// The host id of `id` inside, when the range maps it.
+    pub fn to_host(&self, id: u32) -> Option<u32> {
+        let off = id.checked_sub(self.container_id)?;
+        (off < self.length).then(|| self.host_id + off)
+    }
+}
+
+/// Where a pod's user namespace is pinned.
+pub fn pin_path(state: &std::path::Path, sandbox_id: &str) -> std::path::PathBuf {
+    state.join("ns").join(sandbox_id).join("user")
+}
+
 impl Userns {
-    /// What husk can run: the node's users. A pod user namespace is
-    /// refused (Unimplemented) until husk has one, never run without it.
-    pub fn runnable(&self) -> Result<(), super::SandboxError> {
+    /// A pod user namespace owns the pod's network, IPC and PID
+    /// namespaces, so it cannot be combined with the node's (Kubernetes
+    /// refuses hostUsers: false with hostNetwork, hostIPC and hostPID).
+    pub fn check_modes(
+        &self,
+        host_net: bool,
+        host_pid: bool,
+        host_ipc: bool,
+    ) -> Result<(), String> {
+        let node: Vec<&str> = [(host_net, "network"), (host_pid, "PID"), (host_ipc, "IPC")]
+            .into_iter()
+            .filter_map(|(on, name)| on.then_some(name))
+            .collect();
         match self {
-            Userns::Node => Ok(()),
-            Userns::Pod { .. } => Err(super::SandboxError::Unsupported(
-                "user namespaces (hostUsers: false) are not supported by husk yet: the pod \
-                 would run with the node's users, so it is refused (Status advertises no \
-                 user_namespaces feature)"
-                    .into(),
+            Userns::Pod { .. } if !node.is_empty() => Err(format!(
+                "userns_options: a pod user namespace cannot be combined with the node's {} namespace",
+                node.join(" and ")
             )),
+            _ => Ok(()),
         }
     }
 }

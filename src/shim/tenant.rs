@@ -17,6 +17,15 @@
 //!   A profile that forbids capset(2) fails the exec with that message
 //!   rather than letting it run with extra capabilities.
 //! - The signal mask and SIGPIPE are reset, as for the container itself.
+//! - In a pod with its own user namespace, the exec joins it: libcontainer
+//!   0.7's tenant builder joins every namespace of the container but the
+//!   user namespace, which would leave an exec'd process with the node's
+//!   users. The executor enters it ([`JoinUserns`]) with the pin opened by
+//!   the shim (libcontainer's clones inherit the descriptor; execve closes
+//!   it), takes the process's ids inside it, and then cuts the bounding
+//!   set and the capabilities back to the container's: entering a user
+//!   namespace grants every capability in it. The process file is widened
+//!   for this as for a seccomp filter (CAP_SYS_ADMIN to enter).
 
 use libcontainer::oci_spec::runtime::{LinuxSeccomp, Spec};
 use libcontainer::workload::{
@@ -32,6 +41,7 @@ const LOADING: [&str; 2] = ["CAP_SYS_ADMIN", "CAP_SETPCAP"];
 #[derive(Clone, Default)]
 pub struct TenantExecutor {
     seccomp: Option<LinuxSeccomp>,
+    userns: Option<JoinUserns>,
     /// The container's own capabilities, to return to after loading, when
     /// the process file was widened.
     restore: Option<Restore>,
@@ -50,20 +60,98 @@ impl TenantExecutor {
     /// the exec's command), from the container's `spec`; widens the
     /// process's capabilities when the filter needs them to load.
     pub fn prepare(spec: &Value, process: &mut Value) -> Result<Self, String> {
-        let Some(s) = spec.get("linux").and_then(|l| l.get("seccomp")) else {
-            return Ok(TenantExecutor::default());
+        let userns = JoinUserns::of(spec, process)?;
+        let seccomp = match spec.get("linux").and_then(|l| l.get("seccomp")) {
+            None | Some(Value::Null) => None,
+            Some(s) => Some(
+                serde_json::from_value::<LinuxSeccomp>(s.clone())
+                    .map_err(|e| format!("the container's seccomp profile: {e}"))?,
+            ),
         };
-        if s.is_null() {
-            return Ok(TenantExecutor::default());
-        }
-        let seccomp: LinuxSeccomp = serde_json::from_value(s.clone())
-            .map_err(|e| format!("the container's seccomp profile: {e}"))?;
         let nnp = process.get("noNewPrivileges") == Some(&Value::Bool(true));
-        let restore = if nnp { None } else { Some(widen(process)) };
+        let restore = if userns.is_some() || (seccomp.is_some() && !nnp) {
+            Some(widen(process))
+        } else {
+            None
+        };
         Ok(TenantExecutor {
-            seccomp: Some(seccomp),
+            seccomp,
+            userns,
             restore,
         })
+    }
+}
+
+/// The pod's user namespace an exec joins, and its ids inside.
+#[derive(Clone)]
+pub struct JoinUserns {
+    fd: std::sync::Arc<std::os::fd::OwnedFd>,
+    uid: u32,
+    gid: u32,
+    groups: Vec<u32>,
+}
+
+impl JoinUserns {
+    /// The user namespace of the container's `spec`, opened, with the
+    /// ids of `process`; None when it has none of its own.
+    fn of(spec: &Value, process: &Value) -> Result<Option<JoinUserns>, String> {
+        let path = spec["linux"]["namespaces"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|n| n["type"] == "user")
+            .and_then(|n| n["path"].as_str());
+        let Some(path) = path else {
+            return Ok(None);
+        };
+        let fd = std::fs::File::open(path)
+            .map_err(|e| format!("open the pod's user namespace {path}: {e}"))?;
+        let user = &process["user"];
+        let id = |k: &str| user[k].as_u64().unwrap_or(0) as u32;
+        Ok(Some(JoinUserns {
+            fd: std::sync::Arc::new(fd.into()),
+            uid: id("uid"),
+            gid: id("gid"),
+            groups: user["additionalGids"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|g| g.as_u64().map(|g| g as u32))
+                .collect(),
+        }))
+    }
+
+    /// Enters the namespace and takes the ids inside; the effective set
+    /// is then every capability in it (cut back by the caller).
+    fn enter(&self) -> Result<(), ExecutorError> {
+        use std::os::fd::AsFd;
+        let e = |what: &str| {
+            let err = std::io::Error::last_os_error();
+            other(format!("join the pod's user namespace: {what}: {err}"))
+        };
+        rustix::thread::move_into_link_name_space(
+            self.fd.as_fd(),
+            Some(rustix::thread::LinkNameSpaceType::User),
+        )
+        .map_err(|err| other(format!("join the pod's user namespace: setns: {err}")))?;
+        // SAFETY: plain libc calls on valid arguments in the exec'd process
+        // (single-threaded), before execve.
+        unsafe {
+            if libc::prctl(libc::PR_SET_KEEPCAPS, 1, 0, 0, 0) < 0 {
+                return Err(e("keep capabilities"));
+            }
+            if libc::setgroups(self.groups.len(), self.groups.as_ptr()) < 0 {
+                return Err(e("setgroups"));
+            }
+            if libc::setresgid(self.gid, self.gid, self.gid) < 0 {
+                return Err(e("setresgid"));
+            }
+            if libc::setresuid(self.uid, self.uid, self.uid) < 0 {
+                return Err(e("setresuid"));
+            }
+        }
+        let all = caps::read(None, caps::CapSet::Permitted).map_err(other)?;
+        caps::set(None, caps::CapSet::Effective, &all).map_err(other)
     }
 }
 
@@ -124,19 +212,36 @@ impl Executor for TenantExecutor {
             libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
             libc::signal(libc::SIGPIPE, libc::SIG_DFL);
         }
-        if let Some(seccomp) = &self.seccomp {
-            if let Some(r) = &self.restore {
-                let keep = set_of(&r.bounding).map_err(other)?;
-                for c in LOADING {
-                    let c = caps::Capability::from_str(c).map_err(other)?;
-                    if !keep.contains(&c) {
-                        caps::drop(None, caps::CapSet::Bounding, c)
-                            .map_err(|e| other(format!("drop {c} from the bounding set: {e}")))?;
-                    }
+        if let Some(u) = &self.userns {
+            u.enter()?;
+        }
+        if let Some(r) = &self.restore {
+            let keep = set_of(&r.bounding).map_err(other)?;
+            // Entering a user namespace filled the bounding set; otherwise
+            // only the loading capabilities were added.
+            let added: Vec<caps::Capability> = if self.userns.is_some() {
+                caps::read(None, caps::CapSet::Bounding)
+                    .map_err(other)?
+                    .into_iter()
+                    .collect()
+            } else {
+                LOADING
+                    .iter()
+                    .map(|c| caps::Capability::from_str(c).map_err(other))
+                    .collect::<Result<_, _>>()?
+            };
+            for c in added {
+                if !keep.contains(&c) {
+                    caps::drop(None, caps::CapSet::Bounding, c)
+                        .map_err(|e| other(format!("drop {c} from the bounding set: {e}")))?;
                 }
             }
+        }
+        if let Some(seccomp) = &self.seccomp {
             libcontainer::seccomp::initialize_seccomp(seccomp)
                 .map_err(|e| other(format!("load the container's seccomp filter: {e}")))?;
+        }
+        {
             if let Some(r) = &self.restore {
                 let eff = set_of(&r.effective).map_err(other)?;
                 let perm = set_of(&r.permitted).map_err(other)?;
@@ -168,7 +273,7 @@ mod tests {
     fn no_filter_means_nothing_to_widen() {
         let mut p = json!({"capabilities": {"bounding": ["CAP_CHOWN"]}});
         let e = TenantExecutor::prepare(&json!({"linux": {}}), &mut p).expect("prepare");
-        assert!(e.seccomp.is_none() && e.restore.is_none());
+        assert!(e.seccomp.is_none() && e.restore.is_none() && e.userns.is_none());
         assert_eq!(p["capabilities"]["bounding"], json!(["CAP_CHOWN"]));
     }
 

@@ -18,6 +18,7 @@ pub mod registry;
 pub mod server;
 pub mod stream;
 pub mod token_auth;
+pub mod userns;
 pub mod vm;
 
 use std::path::Path;

@@ -15,7 +15,7 @@ mod node;
 
 use crate::cgroup::{Driver, Layout};
 use crate::config::Config;
-use node::{apparmor, cgroup_driver, cgroups, seccomp};
+use node::{apparmor, cgroup_driver, cgroups, seccomp, user_namespaces};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
@@ -63,6 +63,7 @@ pub async fn run_all(cfg: &Config) -> Vec<Check> {
     out.push(socket(&cfg.listen).await);
     out.push(seccomp());
     out.push(apparmor());
+    out.push(user_namespaces(&crate::idmap::Support::probe(&cfg.root)));
     out
 }
 

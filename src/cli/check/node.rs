@@ -133,6 +133,32 @@ pub(super) fn seccomp() -> Check {
     }
 }
 
+/// Whether `hostUsers: false` pods can run: idmapped mounts of the
+/// root's filesystem (image layers) and of tmpfs (secret and projected
+/// volumes). A warning, not a failure: other pods are not affected.
+pub(super) fn user_namespaces(s: &crate::idmap::Support) -> Check {
+    match (&s.root, &s.tmpfs) {
+        (Ok(()), Ok(())) => check(
+            "user namespaces",
+            Level::Ok,
+            "idmapped mounts of the root's filesystem and of tmpfs work: hostUsers: false pods run (Status advertises user_namespaces)",
+            "",
+        ),
+        (Err(e), _) => check(
+            "user namespaces",
+            Level::Warn,
+            format!("hostUsers: false pods are refused: {e}"),
+            "put the root on a filesystem that can be idmapped (ext4, xfs, btrfs) on Linux 5.19 or later",
+        ),
+        (Ok(()), Err(e)) => check(
+            "user namespaces",
+            Level::Warn,
+            format!("the root's filesystem can be idmapped, but not tmpfs ({e}): hostUsers: false pods with secret, configMap or projected volumes fail, and Status advertises no user_namespaces"),
+            "run Linux 6.3 or later",
+        ),
+    }
+}
+
 /// "present", and on v2 whether the root delegates it to the cgroups
 /// below (`cgroup.subtree_control`); husk enables it on the way down when
 /// it does not, and a parent with processes of its own would refuse.

@@ -1,7 +1,7 @@
 //! Status: the RuntimeReady and NetworkReady conditions, and the features
 //! husk has (recursive read-only mounts where the kernel has
-//! mount_setattr(2), SupplementalGroupsPolicy and ContainerUser; no user
-//! namespaces).
+//! mount_setattr(2), SupplementalGroupsPolicy and ContainerUser; user
+//! namespaces where the root's filesystem and tmpfs can be idmapped).
 //!
 //! RuntimeReady is true once recovery is done. NetworkReady follows the CNI
 //! config dir: false with reason NetworkPluginNotReady while it holds no
@@ -81,7 +81,7 @@ pub async fn handle(state: &State, req: StatusRequest) -> Result<StatusResponse,
             features: Some(RuntimeHandlerFeatures {
                 recursive_read_only_mounts: crate::container::mounts::recursive_read_only_supported(
                 ),
-                user_namespaces: false,
+                user_namespaces: crate::idmap::Support::cached(&state.cfg.root).pods(),
             }),
         }],
         features: Some(RuntimeFeatures {

@@ -1,0 +1,48 @@
+//! User namespaces of pods and idmapped mounts: the pod's namespaces made
+//! inside its user namespace ([`ns`]), and trees seen through it
+//! ([`mount`]).
+
+pub mod mount;
+pub mod ns;
+
+pub use mount::IdmapError;
+
+use std::path::Path;
+
+/// What this node can idmap: the root's filesystem (image layers, the
+/// pod's files) and tmpfs (the kubelet's secret, configMap and projected
+/// volumes). Each is Ok or the error that says why not.
+pub struct Support {
+    pub root: Result<(), String>,
+    pub tmpfs: Result<(), String>,
+}
+
+impl Support {
+    /// Probes the filesystem of `root` (its nearest existing ancestor) and
+    /// tmpfs.
+    pub fn probe(root: &Path) -> Support {
+        let mut at = root;
+        while !at.exists() {
+            match at.parent() {
+                Some(p) => at = p,
+                None => break,
+            }
+        }
+        Support {
+            root: mount::probe(at).map_err(|e| e.to_string()),
+            tmpfs: mount::probe_tmpfs().map_err(|e| e.to_string()),
+        }
+    }
+
+    /// Whether `hostUsers: false` pods work as the kubelet runs them: every
+    /// kubelet pod has a service account token on tmpfs.
+    pub fn pods(&self) -> bool {
+        self.root.is_ok() && self.tmpfs.is_ok()
+    }
+
+    /// The probe of `root`, made once per process.
+    pub fn cached(root: &Path) -> &'static Support {
+        static ONCE: std::sync::OnceLock<Support> = std::sync::OnceLock::new();
+        ONCE.get_or_init(|| Support::probe(root))
+    }
+}
