@@ -1,5 +1,5 @@
 # husk: common tasks. Every target installs what it needs first.
-.PHONY: setup build package test test-vm fuzz demo bench-pull bench-sandbox bench-containers bench-breakdown bench-exec bench-stream bench-rpc lint
+.PHONY: setup build package test test-vm fuzz demo bench-pull bench-sandbox bench-containers bench-breakdown bench-exec bench-stream bench-rpc bench-userns lint
 
 setup:
 	bash packaging/setup-dev.sh
@@ -60,6 +60,9 @@ bench-exec: build
 # Streaming: ExecSync and streaming exec of `true`, port-forward MB/s.
 bench-stream: build
 	OPS=stream ITERATIONS=$${ITERATIONS:-30} bash packaging/bench-sandbox.sh
+# What a hostUsers: false pod costs against a plain one (husk only).
+bench-userns: build
+	OPS=userns ITERATIONS=$${ITERATIONS:-20} bash packaging/bench-sandbox.sh
 # The transport: Version and ListPodSandbox round trips (what every RPC pays
 # for the socket, HTTP/2 front and gRPC layers).
 bench-rpc: build

@@ -127,7 +127,8 @@ enum Cmd {
         /// Iterations per operation.
         #[arg(long, default_value_t = 5)]
         iterations: usize,
-        /// Operations: rpc, pull, sandbox, container, exec, stream, breakdown (comma-separated),
+        /// Operations: rpc, pull, sandbox, container, exec, stream, breakdown, userns
+        /// (hostUsers: false pods against plain ones, on --endpoint only) (comma-separated),
         /// or all; or pod-startup alone (a cluster's nodes, with --kubeconfig,
         /// --nodes; --iterations rounds).
         #[arg(long, default_value = "pull")]

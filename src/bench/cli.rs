@@ -112,6 +112,17 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<()> {
                 }
                 report.insert("breakdown".into(), serde_json::to_value(&results)?);
             }
+            "userns" => {
+                anyhow::ensure!(
+                    !a.image.is_empty(),
+                    "--image is required for the user namespace benchmark"
+                );
+                let r = userns::bench_userns(&mut targets[0], &a.image, a.iterations).await?;
+                if !a.json {
+                    print!("{}", userns::report(a.iterations, &r));
+                }
+                report.insert("userns".into(), serde_json::to_value(&r)?);
+            }
             "rpc" => {
                 let results = rpc::bench_rpc(&mut targets, a.iterations).await?;
                 if !a.json {

@@ -13,6 +13,7 @@ pub mod procs;
 pub mod rpc;
 pub mod sandbox;
 pub mod stream;
+pub mod userns;
 
 use crate::api::cri::image_service_client::ImageServiceClient;
 use crate::api::cri::runtime_service_client::RuntimeServiceClient;

@@ -19,6 +19,9 @@
 //! - `systemd.rs` and `package.rs` run in the second node, [`systemd_node`],
 //!   where systemd is PID 1: the systemd cgroup driver, and the Debian
 //!   package installed, run and removed under systemd.
+//! - `userns.rs`: user namespaces where tmpfs cannot be idmapped (6.1):
+//!   Status and `husk check`, a hostUsers: false pod on ext4, the clear
+//!   refusal of an idmapped tmpfs volume.
 //! - `kernel.rs`: `husk check`, AppArmor (husk's default profile, Localhost
 //!   profiles, an unloaded one), seccomp and mount propagation on this
 //!   kernel.
@@ -33,6 +36,7 @@ mod limits;
 mod oom;
 mod package;
 mod systemd;
+mod userns;
 
 use common::ctr::pod_config;
 use common::pod::Pod;
@@ -42,11 +46,12 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Guest tests, by name: the host test expects each to pass.
-const GUEST_TESTS: [&str; 4] = [
+const GUEST_TESTS: [&str; 5] = [
     "kernel::guest_check_apparmor_seccomp_propagation",
     "lifecycle::guest_exec_attach_port_forward_restart_and_cleanup",
     "limits::guest_limits_devices_updates_and_stats",
     "oom::guest_oom_kills_are_reported",
+    "userns::guest_user_namespaces_on_this_kernel",
 ];
 
 /// The systemd node's guest tests, by name.
