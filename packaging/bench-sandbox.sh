@@ -15,6 +15,9 @@ husk=${HUSK:-$here/../target/release/husk}
 iterations=${ITERATIONS:-20}
 pods=${PODS:-1,10,50}
 work=$(mktemp -d /tmp/husk-bench.XXXXXX)
+# hostUsers: false pods (OPS=userns) run as unprivileged users of the node,
+# which must be able to search down to husk's root.
+chmod 755 "$work"
 port=$(free_port)
 bridge="hkb$(printf '%06x' $((RANDOM * RANDOM % 16777216)))"
 subnet="10.$((200 + RANDOM % 50)).$((RANDOM % 250)).0/24"

@@ -96,6 +96,21 @@ async fn a_hostusers_false_pod_runs_in_its_own_user_namespace() {
         eprintln!("skipped the running pod: {why}");
         return;
     }
+    // The pod's root is an unprivileged user of the node: husk's
+    // directories must be searchable by it, or the pod is refused with the
+    // one that is not named, and nothing is left.
+    let mode = |m: u32| std::fs::Permissions::from_mode(m);
+    std::fs::set_permissions(p.h.dir.path(), mode(0o700)).unwrap();
+    let st = run(&p.h, pc.clone()).await.unwrap_err();
+    std::fs::set_permissions(p.h.dir.path(), mode(0o755)).unwrap();
+    assert_eq!(st.code(), tonic::Code::FailedPrecondition, "{st:?}");
+    assert!(st.message().contains("cannot search"), "{st:?}");
+    assert!(
+        st.message().contains(&p.h.dir.path().display().to_string()),
+        "{st:?}"
+    );
+    assert_eq!(leftovers(&p), Vec::<String>::new());
+
     let pod = run(&p.h, pc.clone()).await.unwrap();
 
     // The node's files: a plain hostPath with a secret only node root may

@@ -98,6 +98,9 @@ impl ContainerManager {
         }
         std::fs::write(dir.join("config.pb"), c.encode_to_vec())
             .map_err(SandboxError::io("save container config"))?;
+        if pod.userns.is_some() {
+            crate::idmap::searchable(&dir.join("rootfs")).map_err(SandboxError::Unreachable)?;
+        }
         crate::sandbox::rootfs::mount(&self.images, image, &dir, pod.userns.as_ref())?;
         steps.end("rootfs");
 

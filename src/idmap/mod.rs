@@ -46,3 +46,31 @@ impl Support {
         ONCE.get_or_init(|| Support::probe(root))
     }
 }
+
+/// Whether an unprivileged user of the node (the pod's root, outside its
+/// user namespace) can search every directory from `/` down to `path`:
+/// the container's init resolves its bundle, mount sources and namespace
+/// pins under husk's directories after it has joined the pod's user
+/// namespace, where the node's root-owned directories are only what
+/// "others" may do with them. The error names the first that refuses.
+pub fn searchable(path: &Path) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut at = std::path::PathBuf::from("/");
+    for c in path.components().skip(1) {
+        at.push(c);
+        let mode = std::fs::metadata(&at)
+            .map_err(|e| format!("{}: {e}", at.display()))?
+            .permissions()
+            .mode();
+        if mode & 0o001 == 0 {
+            return Err(format!(
+                "a pod with its own user namespace runs as an unprivileged user of the node, \
+                 which cannot search {} (mode {:o}): make it searchable by others (chmod o+x), \
+                 as /var/lib and /run are",
+                at.display(),
+                mode & 0o7777
+            ));
+        }
+    }
+    Ok(())
+}

@@ -55,6 +55,9 @@ pub enum SandboxError {
     /// cannot idmap.
     #[error(transparent)]
     Idmap(#[from] crate::idmap::IdmapError),
+    /// A directory the pod's unprivileged users must reach, and cannot.
+    #[error("{0}")]
+    Unreachable(String),
     #[error(transparent)]
     Resources(#[from] crate::cgroup::resources::ResourceError),
     #[error("{0}")]
@@ -77,7 +80,9 @@ impl SandboxError {
             SandboxError::NotFound(_) => Kind::NotFound,
             SandboxError::NameReserved { .. } => Kind::AlreadyExists,
             SandboxError::Timeout(_) => Kind::DeadlineExceeded,
-            SandboxError::NotRunning(_) | SandboxError::Idmap(_) => Kind::FailedPrecondition,
+            SandboxError::NotRunning(_) | SandboxError::Idmap(_) | SandboxError::Unreachable(_) => {
+                Kind::FailedPrecondition
+            }
             SandboxError::Image(e) => e.kind(),
             SandboxError::Resources(e) => e.kind(),
             // No network config yet: the node is not ready for pods.

@@ -316,6 +316,12 @@ impl SandboxManager {
         for d in ["rootfs", "upper", "work"] {
             std::fs::create_dir_all(bundle.join(d)).map_err(SandboxError::io("create bundle"))?;
         }
+        if let Some(u) = &pod_userns {
+            let pins = u.pin.parent().unwrap_or(&u.pin);
+            for p in [rootfs.as_path(), pins] {
+                crate::idmap::searchable(p).map_err(SandboxError::Unreachable)?;
+            }
+        }
         super::rootfs::mount(&self.images, image, &bundle, pod_userns.as_ref())?;
         steps.end("rootfs");
         {

@@ -63,7 +63,12 @@ pub async fn run_all(cfg: &Config) -> Vec<Check> {
     out.push(socket(&cfg.listen).await);
     out.push(seccomp());
     out.push(apparmor());
-    out.push(user_namespaces(&crate::idmap::Support::probe(&cfg.root)));
+    let reach =
+        crate::idmap::searchable(&cfg.root).and_then(|()| crate::idmap::searchable(&cfg.state));
+    out.push(user_namespaces(
+        &crate::idmap::Support::probe(&cfg.root),
+        reach,
+    ));
     out
 }
 

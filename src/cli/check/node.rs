@@ -136,7 +136,15 @@ pub(super) fn seccomp() -> Check {
 /// Whether `hostUsers: false` pods can run: idmapped mounts of the
 /// root's filesystem (image layers) and of tmpfs (secret and projected
 /// volumes). A warning, not a failure: other pods are not affected.
-pub(super) fn user_namespaces(s: &crate::idmap::Support) -> Check {
+pub(super) fn user_namespaces(s: &crate::idmap::Support, reach: Result<(), String>) -> Check {
+    if let Err(e) = reach {
+        return check(
+            "user namespaces",
+            Level::Warn,
+            format!("hostUsers: false pods are refused: {e}"),
+            "chmod o+x the directories named",
+        );
+    }
     match (&s.root, &s.tmpfs) {
         (Ok(()), Ok(())) => check(
             "user namespaces",
