@@ -377,7 +377,11 @@ async fn image_id_user_groups_policy_and_recursive_read_only() {
         .as_ref()
         .unwrap()
         .recursive_read_only_mounts;
-    assert!(!handler.features.as_ref().unwrap().user_namespaces);
+    // User namespaces: where this node can idmap (tests/userns_pod.rs).
+    assert_eq!(
+        handler.features.as_ref().unwrap().user_namespaces,
+        husk::idmap::Support::probe(&p.h.root()).pods()
+    );
 
     let pc = pod_config(&p, "groups");
     let pod = run(&p.h, pc.clone()).await.unwrap();

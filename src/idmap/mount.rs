@@ -177,17 +177,24 @@ pub fn overlay(
     result
 }
 
-/// Whether a tree at `path` can be idmapped here, tried on a detached
-/// clone with a throw-away user namespace.
-pub fn probe(path: &Path) -> Result<(), IdmapError> {
-    let holder = super::ns::hold(0, None, false).map_err(|e| IdmapError::new(path, e))?;
+/// A user namespace made for a probe (mapping 65536 ids), held while the
+/// returned holder lives, and opened.
+fn throwaway_userns() -> io::Result<(super::ns::Holder, OwnedFd)> {
+    let holder = super::ns::hold(0, None, false)?;
     let r = crate::sandbox::userns::IdRange {
         container_id: 0,
         host_id: 65536,
         length: 65536,
     };
-    holder.map(r, r).map_err(|e| IdmapError::new(path, e))?;
-    let userns = open_userns(&holder.ns_path("user")).map_err(|e| IdmapError::new(path, e))?;
+    holder.map(r, r)?;
+    let fd = open_userns(&holder.ns_path("user"))?;
+    Ok((holder, fd))
+}
+
+/// Whether a tree at `path` can be idmapped here, tried on a detached
+/// clone with a throw-away user namespace.
+pub fn probe(path: &Path) -> Result<(), IdmapError> {
+    let (_holder, userns) = throwaway_userns().map_err(|e| IdmapError::new(path, e))?;
     idmapped_tree(path, userns.as_fd(), false).map(drop)
 }
 
@@ -197,35 +204,19 @@ pub fn probe_tmpfs() -> Result<(), IdmapError> {
     use rustix::mount::{
         fsconfig_create, fsmount, fsopen, FsMountFlags, FsOpenFlags, MountAttrFlags,
     };
-    let here = Path::new("tmpfs");
-    let err = |e: rustix::io::Errno| IdmapError {
-        path: here.into(),
+    let err = |source: io::Error, hint: &'static str| IdmapError {
+        path: "tmpfs".into(),
         fstype: "tmpfs".into(),
-        source: e.into(),
-        hint: "",
+        source,
+        hint,
     };
-    let fs = fsopen("tmpfs", FsOpenFlags::FSOPEN_CLOEXEC).map_err(err)?;
-    fsconfig_create(fs.as_fd()).map_err(err)?;
-    let mnt = fsmount(
-        fs.as_fd(),
-        FsMountFlags::FSMOUNT_CLOEXEC,
-        MountAttrFlags::empty(),
-    )
-    .map_err(err)?;
-    let holder = super::ns::hold(0, None, false).map_err(|e| err_io(here, e))?;
-    let r = crate::sandbox::userns::IdRange {
-        container_id: 0,
-        host_id: 65536,
-        length: 65536,
-    };
-    holder.map(r, r).map_err(|e| err_io(here, e))?;
-    let userns = open_userns(&holder.ns_path("user")).map_err(|e| err_io(here, e))?;
-    set_idmap(mnt.as_fd(), userns.as_fd(), false).map_err(|e| IdmapError {
-        path: here.into(),
-        fstype: "tmpfs".into(),
-        source: e,
-        hint: ": tmpfs can be idmapped from Linux 6.3",
-    })
+    let fs = fsopen("tmpfs", FsOpenFlags::FSOPEN_CLOEXEC).map_err(|e| err(e.into(), ""))?;
+    fsconfig_create(fs.as_fd()).map_err(|e| err(e.into(), ""))?;
+    let mnt = fsmount(fs.as_fd(), FsMountFlags::FSMOUNT_CLOEXEC, MountAttrFlags::empty())
+        .map_err(|e| err(e.into(), ""))?;
+    let (_holder, userns) = throwaway_userns().map_err(|e| err(e, ""))?;
+    set_idmap(mnt.as_fd(), userns.as_fd(), false)
+        .map_err(|e| err(e, ": tmpfs can be idmapped from Linux 6.3"))
 }
 
 fn err_io(p: &Path, e: io::Error) -> IdmapError {
