@@ -52,16 +52,19 @@ impl Support {
 /// the container's init resolves its bundle, mount sources and namespace
 /// pins under husk's directories after it has joined the pod's user
 /// namespace, where the node's root-owned directories are only what
-/// "others" may do with them. The error names the first that refuses.
+/// "others" may do with them. The error names the first that refuses; a
+/// part that does not exist yet is not checked.
 pub fn searchable(path: &Path) -> Result<(), String> {
     use std::os::unix::fs::PermissionsExt;
     let mut at = std::path::PathBuf::from("/");
     for c in path.components().skip(1) {
         at.push(c);
-        let mode = std::fs::metadata(&at)
-            .map_err(|e| format!("{}: {e}", at.display()))?
-            .permissions()
-            .mode();
+        let mode = match std::fs::metadata(&at) {
+            Ok(m) => m.permissions().mode(),
+            // Not made yet: husk makes it (0755) when it needs it.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(format!("{}: {e}", at.display())),
+        };
         if mode & 0o001 == 0 {
             return Err(format!(
                 "a pod with its own user namespace runs as an unprivileged user of the node, \
@@ -73,4 +76,29 @@ pub fn searchable(path: &Path) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn searchable_names_the_first_closed_directory() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let open = dir.path().join("open");
+        let shut = open.join("shut");
+        std::fs::create_dir_all(shut.join("inner")).expect("dirs");
+        for (d, m) in [(dir.path(), 0o755), (&open, 0o711), (&shut, 0o700)] {
+            std::fs::set_permissions(d, std::fs::Permissions::from_mode(m)).expect("chmod");
+        }
+        assert_eq!(searchable(&open), Ok(()));
+        let e = searchable(&shut.join("inner")).expect_err("closed");
+        assert!(
+            e.contains(&format!("cannot search {} (mode 700)", shut.display())),
+            "{e}"
+        );
+        // What does not exist yet is husk's to make.
+        assert_eq!(searchable(&open.join("not/yet")), Ok(()));
+    }
 }

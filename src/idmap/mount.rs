@@ -212,8 +212,12 @@ pub fn probe_tmpfs() -> Result<(), IdmapError> {
     };
     let fs = fsopen("tmpfs", FsOpenFlags::FSOPEN_CLOEXEC).map_err(|e| err(e.into(), ""))?;
     fsconfig_create(fs.as_fd()).map_err(|e| err(e.into(), ""))?;
-    let mnt = fsmount(fs.as_fd(), FsMountFlags::FSMOUNT_CLOEXEC, MountAttrFlags::empty())
-        .map_err(|e| err(e.into(), ""))?;
+    let mnt = fsmount(
+        fs.as_fd(),
+        FsMountFlags::FSMOUNT_CLOEXEC,
+        MountAttrFlags::empty(),
+    )
+    .map_err(|e| err(e.into(), ""))?;
     let (_holder, userns) = throwaway_userns().map_err(|e| err(e, ""))?;
     set_idmap(mnt.as_fd(), userns.as_fd(), false)
         .map_err(|e| err(e, ": tmpfs can be idmapped from Linux 6.3"))
