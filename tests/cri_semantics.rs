@@ -362,13 +362,7 @@ async fn image_id_user_groups_policy_and_recursive_read_only() {
     let image = format!("{}/app/groups:v1", p.reg.host());
     let image_id = p.h.pull(&image).await.unwrap();
 
-    let st =
-        p.h.runtime()
-            .await
-            .status(StatusRequest { verbose: false })
-            .await
-            .unwrap()
-            .into_inner();
+    let st = p.h.runtime_status().await;
     assert!(st.features.unwrap().supplemental_groups_policy);
     let handler = &st.runtime_handlers[0];
     assert_eq!(handler.name, "");

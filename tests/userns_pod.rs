@@ -64,14 +64,7 @@ async fn a_hostusers_false_pod_runs_in_its_own_user_namespace() {
     let p = setup(vec![]).await;
     let image = app_image(&p).await;
     let support = husk::idmap::Support::probe(&p.h.root());
-    let rt_status =
-        p.h.runtime()
-            .await
-            .status(StatusRequest { verbose: false })
-            .await
-            .unwrap()
-            .into_inner();
-    let advertised = rt_status.runtime_handlers[0]
+    let advertised = p.h.runtime_status().await.runtime_handlers[0]
         .features
         .as_ref()
         .unwrap()

@@ -96,15 +96,7 @@ pub async fn bench_containers(
         vec![Vec::new(); n],
     );
     for t in targets.iter_mut() {
-        t.images
-            .pull_image(PullImageRequest {
-                image: Some(ImageSpec {
-                    image: image.into(),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            })
-            .await?;
+        t.pull_app(image).await?;
     }
     for i in 0..iterations {
         let order = turns(i, n);

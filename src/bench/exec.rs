@@ -52,16 +52,7 @@ pub async fn bench_exec(
     let n = targets.len();
     let mut pods = Vec::new();
     for (k, t) in targets.iter_mut().enumerate() {
-        t.images
-            .pull_image(PullImageRequest {
-                image: Some(ImageSpec {
-                    image: image.into(),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            })
-            .await
-            .with_context(|| format!("{}: pull {image}", t.name))?;
+        t.pull_app(image).await?;
         let sc = pod_config(&format!("x{k}"), 0, &t.cgroup_parent);
         let sandbox = t.run_pod(sc.clone()).await?;
         let id = t.start_app(&sandbox, &sc, image).await?;

@@ -82,6 +82,22 @@ pub struct Target {
 }
 
 impl Target {
+    /// Pulls the image a benchmark's containers run (no auth).
+    pub(super) async fn pull_app(&mut self, image: &str) -> anyhow::Result<()> {
+        use anyhow::Context;
+        self.images
+            .pull_image(PullImageRequest {
+                image: Some(ImageSpec {
+                    image: image.into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })
+            .await
+            .with_context(|| format!("{}: pull {image}", self.name))?;
+        Ok(())
+    }
+
     pub async fn connect(name: &str, endpoint: &str) -> anyhow::Result<Target> {
         let ch = crate::cli::connect(endpoint).await?;
         let mut runtime = RuntimeServiceClient::new(ch.clone()).max_decoding_message_size(64 << 20);

@@ -108,15 +108,7 @@ pub async fn bench_stream(
 ) -> anyhow::Result<Vec<StreamResult>> {
     let mut pods = Vec::new();
     for (k, t) in targets.iter_mut().enumerate() {
-        t.images
-            .pull_image(PullImageRequest {
-                image: Some(ImageSpec {
-                    image: image.into(),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            })
-            .await?;
+        t.pull_app(image).await?;
         let sc = pod_config(&format!("s{k}"), 0, &t.cgroup_parent);
         let pod = t.run_pod(sc.clone()).await?;
         let id = t

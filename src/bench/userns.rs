@@ -44,15 +44,7 @@ pub async fn bench_userns(
     image: &str,
     iterations: usize,
 ) -> anyhow::Result<UsernsResult> {
-    t.images
-        .pull_image(PullImageRequest {
-            image: Some(ImageSpec {
-                image: image.into(),
-                ..Default::default()
-            }),
-            ..Default::default()
-        })
-        .await?;
+    t.pull_app(image).await?;
     let mut start: [Vec<_>; 2] = Default::default();
     let mut down: [Vec<_>; 2] = Default::default();
     for i in 0..iterations {

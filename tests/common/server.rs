@@ -168,6 +168,16 @@ impl Husk {
         RuntimeServiceClient::new(self.channel().await).max_decoding_message_size(64 << 20)
     }
 
+    /// Status (not verbose).
+    pub async fn runtime_status(&self) -> StatusResponse {
+        self.runtime()
+            .await
+            .status(StatusRequest { verbose: false })
+            .await
+            .expect("Status")
+            .into_inner()
+    }
+
     pub async fn pull(&self, image: &str) -> Result<String, tonic::Status> {
         self.pull_auth(image, None).await
     }

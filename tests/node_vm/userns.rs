@@ -24,6 +24,17 @@ fn ok(cmd: &mut Command) {
     );
 }
 
+/// A mount sent with the pod's mappings, as the kubelet sends it.
+fn idmapped(container_path: &str, host: &Path) -> Mount {
+    Mount {
+        container_path: container_path.into(),
+        host_path: host.display().to_string(),
+        uid_mappings: vec![map(0, HOST, 65536)],
+        gid_mappings: vec![map(0, HOST, 65536)],
+        ..Default::default()
+    }
+}
+
 /// Whether this kernel is older than `major.minor`.
 fn kernel_before(major: u32, minor: u32) -> bool {
     let rel = rustix::system::uname()
@@ -65,14 +76,7 @@ async fn guest_user_namespaces_on_this_kernel() {
         "{:?}",
         support.tmpfs
     );
-    let st =
-        p.h.runtime()
-            .await
-            .status(StatusRequest { verbose: false })
-            .await
-            .unwrap()
-            .into_inner();
-    let advertised = st.runtime_handlers[0]
+    let advertised = p.h.runtime_status().await.runtime_handlers[0]
         .features
         .as_ref()
         .unwrap()
@@ -107,13 +111,7 @@ async fn guest_user_namespaces_on_this_kernel() {
     std::fs::create_dir(&on_ext4).unwrap();
     std::fs::write(on_ext4.join("f"), "root's").unwrap();
     let mut c = ccfg(&image, "c", &["/bin/sleep", "600"], &[]);
-    c.mounts = vec![Mount {
-        container_path: "/vol".into(),
-        host_path: on_ext4.display().to_string(),
-        uid_mappings: m(),
-        gid_mappings: m(),
-        ..Default::default()
-    }];
+    c.mounts = vec![idmapped("/vol", &on_ext4)];
     container_userns(&mut c, userns(NamespaceMode::Pod, m(), m()));
     let id = create_start(&p.h, &pod, &pc, c.clone()).await;
     let (code, out, err) = sh(
@@ -136,13 +134,7 @@ async fn guest_user_namespaces_on_this_kernel() {
     let on_tmpfs = base.path().join("secret");
     std::fs::create_dir(&on_tmpfs).unwrap();
     let mut s = ccfg(&image, "s", &["/bin/sleep", "600"], &[]);
-    s.mounts = vec![Mount {
-        container_path: "/secret".into(),
-        host_path: on_tmpfs.display().to_string(),
-        uid_mappings: m(),
-        gid_mappings: m(),
-        ..Default::default()
-    }];
+    s.mounts = vec![idmapped("/secret", &on_tmpfs)];
     container_userns(&mut s, userns(NamespaceMode::Pod, m(), m()));
     match try_create(&p.h, &pod, &pc, s).await {
         Err(st) => {
