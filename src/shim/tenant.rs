@@ -241,20 +241,14 @@ impl Executor for TenantExecutor {
             libcontainer::seccomp::initialize_seccomp(seccomp)
                 .map_err(|e| other(format!("load the container's seccomp filter: {e}")))?;
         }
-        {
-            if let Some(r) = &self.restore {
-                let eff = set_of(&r.effective).map_err(other)?;
-                let perm = set_of(&r.permitted).map_err(other)?;
-                let inh = set_of(&r.inheritable).map_err(other)?;
-                caps::set(None, caps::CapSet::Effective, &eff)
-                    .and_then(|_| caps::set(None, caps::CapSet::Inheritable, &inh))
-                    .and_then(|_| caps::set(None, caps::CapSet::Permitted, &perm))
-                    .map_err(|e| {
-                        other(format!(
-                            "restore the container's capabilities under its seccomp profile: {e}"
-                        ))
-                    })?;
-            }
+        if let Some(r) = &self.restore {
+            let eff = set_of(&r.effective).map_err(other)?;
+            let perm = set_of(&r.permitted).map_err(other)?;
+            let inh = set_of(&r.inheritable).map_err(other)?;
+            caps::set(None, caps::CapSet::Effective, &eff)
+                .and_then(|_| caps::set(None, caps::CapSet::Inheritable, &inh))
+                .and_then(|_| caps::set(None, caps::CapSet::Permitted, &perm))
+                .map_err(|e| other(format!("restore the container's capabilities: {e}")))?;
         }
         DefaultExecutor {}.exec(spec)
     }
