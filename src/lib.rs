@@ -19,6 +19,7 @@ pub mod logging;
 pub mod logs;
 pub mod network;
 pub mod sandbox;
+pub mod sdnotify;
 pub mod security;
 pub mod server;
 pub mod shim;

@@ -237,6 +237,9 @@ pub async fn run(
         pleg_tx,
         health.clone(),
     )));
+    // Sources, PLEG and (in a cluster) the node's API and API server
+    // loops are running: a Type=notify unit is started.
+    crate::sdnotify::ready();
     let mut config = PodConfig::default();
     let mut pods = pod_manager::PodManager::default();
     let mut workers = PodWorkers::new(ctx.clone(), done_tx);

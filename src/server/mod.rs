@@ -151,7 +151,10 @@ pub async fn serve(cfg: Config) -> anyhow::Result<()> {
         })
         .await;
         match r {
-            Ok(Ok(())) => tracing::info!("recovery done; serving"),
+            Ok(Ok(())) => {
+                tracing::info!("recovery done; serving");
+                crate::sdnotify::ready();
+            }
             Ok(Err(e)) => {
                 let _ = failed_tx.send(e);
             }
