@@ -20,6 +20,7 @@ packages=(
   linux-image-amd64            # Debian's stock kernel, booted in the node VMs
   apparmor                     # apparmor_parser, for AppArmor in the node VMs
   systemd dbus                 # PID 1 and the system bus of the systemd node VM
+  e2fsprogs kmod               # mkfs.ext4, modprobe: the ext4 root of the 6.1 node's user namespace test
 )
 missing=()
 for p in "${packages[@]}"; do

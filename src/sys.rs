@@ -42,6 +42,17 @@ pub fn mounts_under(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// The overlay options of `lowers` (top first) over `upper` and `work`.
+pub fn overlay_options(lowers: &[PathBuf], upper: &Path, work: &Path) -> String {
+    let lower: Vec<String> = lowers.iter().map(|p| p.display().to_string()).collect();
+    format!(
+        "lowerdir={},upperdir={},workdir={}",
+        lower.join(":"),
+        upper.display(),
+        work.display()
+    )
+}
+
 /// Mounts an overlay at `target` with the given option string.
 pub fn mount_overlay(target: &Path, opts: &str) -> io::Result<()> {
     let data = CString::new(opts).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;

@@ -104,7 +104,7 @@ pub fn report(iterations: usize, r: &UsernsResult) -> String {
         "{:<34} {:>8} {:>8} {:>8}\n",
         "", "p50 ms", "p90 ms", "ratio"
     ));
-    for (name, plain, own) in [
+    for (name, row, base) in [
         ("start: plain", &r.plain_start, &r.plain_start),
         ("start: hostUsers false", &r.userns_start, &r.plain_start),
         ("stop+remove: plain", &r.plain_teardown, &r.plain_teardown),
@@ -117,9 +117,9 @@ pub fn report(iterations: usize, r: &UsernsResult) -> String {
         s.push_str(&format!(
             "{:<34} {:>8.2} {:>8.2} {:>8.2}\n",
             name,
-            plain.p50_ms,
-            plain.p90_ms,
-            ratio(plain.p50_ms, own.p50_ms)
+            row.p50_ms,
+            row.p90_ms,
+            ratio(row.p50_ms, base.p50_ms)
         ));
     }
     s

@@ -145,12 +145,12 @@ pub fn overlay(
     staging: &Path,
     root: (u32, u32),
 ) -> Result<(), IdmapError> {
-    fs::create_dir_all(staging).map_err(|e| err_io(staging, e))?;
+    fs::create_dir_all(staging).map_err(|e| IdmapError::new(staging, e))?;
     let mut mounted: Vec<PathBuf> = Vec::new();
     let result = (|| {
         for (i, l) in lowers.iter().enumerate() {
             let at = staging.join(i.to_string());
-            fs::create_dir_all(&at).map_err(|e| err_io(&at, e))?;
+            fs::create_dir_all(&at).map_err(|e| IdmapError::new(&at, e))?;
             bind(l, &at, userns, false)?;
             mounted.push(at);
         }
@@ -159,15 +159,9 @@ pub fn overlay(
             Some(rustix::fs::Uid::from_raw(root.0)),
             Some(rustix::fs::Gid::from_raw(root.1)),
         )
-        .map_err(|e| err_io(upper, e.into()))?;
-        let lower: Vec<String> = mounted.iter().map(|p| p.display().to_string()).collect();
-        let opts = format!(
-            "lowerdir={},upperdir={},workdir={}",
-            lower.join(":"),
-            upper.display(),
-            work.display()
-        );
-        crate::sys::mount_overlay(target, &opts).map_err(|e| err_io(target, e))
+        .map_err(|e| IdmapError::new(upper, e.into()))?;
+        let opts = crate::sys::overlay_options(&mounted, upper, work);
+        crate::sys::mount_overlay(target, &opts).map_err(|e| IdmapError::new(target, e))
     })();
     for at in &mounted {
         let _ = rustix::mount::unmount(at, rustix::mount::UnmountFlags::DETACH);
@@ -221,10 +215,6 @@ pub fn probe_tmpfs() -> Result<(), IdmapError> {
     let (_holder, userns) = throwaway_userns().map_err(|e| err(e, ""))?;
     set_idmap(mnt.as_fd(), userns.as_fd(), false)
         .map_err(|e| err(e, ": tmpfs can be idmapped from Linux 6.3"))
-}
-
-fn err_io(p: &Path, e: io::Error) -> IdmapError {
-    IdmapError::new(p, e)
 }
 
 #[cfg(test)]

@@ -151,18 +151,11 @@ unsafe fn child_lo_up() -> libc::c_int {
     if sock < 0 {
         return *libc::__errno_location();
     }
-    let mut req: libc::ifreq = std::mem::zeroed();
-    req.ifr_name[0] = b'l' as libc::c_char;
-    req.ifr_name[1] = b'o' as libc::c_char;
-    let mut err = 0;
-    if libc::ioctl(sock, libc::SIOCGIFFLAGS, &mut req) < 0 {
-        err = *libc::__errno_location();
-    } else {
-        req.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
-        if libc::ioctl(sock, libc::SIOCSIFFLAGS, &req) < 0 {
-            err = *libc::__errno_location();
-        }
-    }
+    let fd = std::os::fd::BorrowedFd::borrow_raw(sock);
+    let err = match netns::set_up(&fd, "lo") {
+        Ok(()) => 0,
+        Err(e) => e.raw_os_error().unwrap_or(libc::EIO),
+    };
     libc::close(sock);
     err
 }
@@ -179,41 +172,21 @@ pub fn create_pod(
     hostname: Option<&str>,
     lo_up: bool,
 ) -> io::Result<()> {
-    let mut made: Vec<PathBuf> = Vec::new();
     let all: Vec<(&str, &Path)> = std::iter::once(("user", user_pin))
         .chain(pins.iter().map(|(k, p)| (k.proc_name(), p.as_path())))
         .collect();
-    let result = (|| -> io::Result<()> {
-        for (_, path) in &all {
-            if let Some(dir) = path.parent() {
-                fs::create_dir_all(dir)?;
-            }
-            fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(path)?;
-            made.push(path.to_path_buf());
-        }
-        let flags = pins.iter().fold(0, |f, (k, _)| {
-            f | match k {
-                Kind::Net => libc::CLONE_NEWNET,
-                Kind::Ipc => libc::CLONE_NEWIPC,
-                Kind::Uts => libc::CLONE_NEWUTS,
-            }
-        });
+    let paths: Vec<&Path> = all.iter().map(|(_, p)| *p).collect();
+    netns::with_new_pins(&paths, || {
+        let flags = pins
+            .iter()
+            .fold(0, |f, (k, _)| f | k.flag().bits() as libc::c_int);
         let holder = hold(flags, hostname, lo_up)?;
         holder.map(uids, gids)?;
         for (name, target) in &all {
             rustix::mount::mount_bind(holder.ns_path(name), *target).map_err(io::Error::from)?;
         }
         Ok(())
-    })();
-    if result.is_err() {
-        for p in &made {
-            let _ = netns::remove(p);
-        }
-    }
-    result
+    })
 }
 
 #[cfg(test)]

@@ -334,18 +334,9 @@ impl ImageManager {
         upper: &Path,
         work: &Path,
     ) -> Result<String, ImageError> {
-        let lower: Vec<String> = self
-            .layer_dirs(rec)?
-            .iter()
-            .rev()
-            .map(|p| p.display().to_string())
-            .collect();
-        Ok(format!(
-            "lowerdir={},upperdir={},workdir={}",
-            lower.join(":"),
-            upper.display(),
-            work.display()
-        ))
+        let mut lowers = self.layer_dirs(rec)?;
+        lowers.reverse();
+        Ok(crate::sys::overlay_options(&lowers, upper, work))
     }
 
     /// Unused bytes counter for progress display.

@@ -31,7 +31,8 @@ impl Kind {
         }
     }
 
-    fn flag(self) -> rustix::thread::UnshareFlags {
+    /// Its `CLONE_NEW*` flag.
+    pub(crate) fn flag(self) -> rustix::thread::UnshareFlags {
         use rustix::thread::UnshareFlags as F;
         match self {
             Kind::Net => F::NEWNET,
@@ -52,24 +53,11 @@ pub fn create(kind: Kind, path: &Path, hostname: Option<&str>) -> io::Result<()>
 /// `hostname` (UTS) and brings `lo` up when `lo_up` (network). On an error
 /// no pin is left.
 pub fn create_set(pins: &[(Kind, PathBuf)], hostname: Option<&str>, lo_up: bool) -> io::Result<()> {
-    let mut made: Vec<PathBuf> = Vec::new();
-    let mut result = (|| {
-        for (_, path) in pins {
-            if let Some(dir) = path.parent() {
-                fs::create_dir_all(dir)?;
-            }
-            fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(path)?;
-            made.push(path.clone());
-        }
-        Ok(())
-    })();
-    if result.is_ok() {
+    let paths: Vec<&Path> = pins.iter().map(|(_, p)| p.as_path()).collect();
+    with_new_pins(&paths, || {
         let pins = pins.to_vec();
         let hostname = hostname.map(str::to_string);
-        result = std::thread::spawn(move || -> io::Result<()> {
+        std::thread::spawn(move || -> io::Result<()> {
             let flags = pins
                 .iter()
                 .fold(rustix::thread::UnshareFlags::empty(), |f, (k, _)| {
@@ -98,10 +86,33 @@ pub fn create_set(pins: &[(Kind, PathBuf)], hostname: Option<&str>, lo_up: bool)
             Ok(())
         })
         .join()
-        .map_err(|_| io::Error::other("namespace thread panicked"))?;
-    }
+        .map_err(|_| io::Error::other("namespace thread panicked"))?
+    })
+}
+
+/// Creates each of `paths` as an empty pin file (its directory too; none
+/// may exist), then runs `pin`, which binds namespaces onto them. When
+/// either fails, no pin is left.
+pub(crate) fn with_new_pins(
+    paths: &[&Path],
+    pin: impl FnOnce() -> io::Result<()>,
+) -> io::Result<()> {
+    let mut made: Vec<&Path> = Vec::new();
+    let result = (|| {
+        for path in paths {
+            if let Some(dir) = path.parent() {
+                fs::create_dir_all(dir)?;
+            }
+            fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(path)?;
+            made.push(path);
+        }
+        pin()
+    })();
     if result.is_err() {
-        for p in &made {
+        for p in made {
             let _ = remove(p);
         }
     }
@@ -150,7 +161,9 @@ pub fn loopback_up(path: &Path) -> io::Result<()> {
     })
 }
 
-fn set_up(sock: &impl AsFd, ifname: &str) -> io::Result<()> {
+/// Brings `ifname` up through the socket `sock`. Only two ioctls on stack
+/// memory: a forked child may call it too.
+pub(crate) fn set_up(sock: &impl AsFd, ifname: &str) -> io::Result<()> {
     use std::os::fd::AsRawFd;
     // SAFETY: ifreq is plain old data; all-zero is a valid value.
     let mut req: libc::ifreq = unsafe { std::mem::zeroed() };

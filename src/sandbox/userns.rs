@@ -121,6 +121,22 @@ impl PodUserns {
         Some((self.uids.to_host(uid)?, self.gids.to_host(gid)?))
     }
 
+    /// The CRI options this namespace answers (PodSandboxStatus).
+    pub fn to_cri(&self) -> UserNamespace {
+        let m = |r: IdRange| {
+            vec![IdMapping {
+                container_id: r.container_id,
+                host_id: r.host_id,
+                length: r.length,
+            }]
+        };
+        UserNamespace {
+            mode: NamespaceMode::Pod as i32,
+            uids: m(self.uids),
+            gids: m(self.gids),
+        }
+    }
+
     /// `linux.uidMappings` and `linux.gidMappings` of an OCI spec.
     pub fn spec_mappings(&self) -> (serde_json::Value, serde_json::Value) {
         let m = |r: IdRange| serde_json::json!([{"containerID": r.container_id, "hostID": r.host_id, "size": r.length}]);

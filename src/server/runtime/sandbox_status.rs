@@ -82,20 +82,7 @@ pub(super) fn status_of(r: &SandboxRecord) -> PodSandboxStatus {
                     network: r.network_mode,
                     pid: r.pid_mode,
                     ipc: r.ipc_mode,
-                    userns_options: r.userns.as_ref().map(|u| {
-                        let m = |x: crate::sandbox::userns::IdRange| {
-                            vec![crate::api::cri::IdMapping {
-                                container_id: x.container_id,
-                                host_id: x.host_id,
-                                length: x.length,
-                            }]
-                        };
-                        crate::api::cri::UserNamespace {
-                            mode: crate::api::cri::NamespaceMode::Pod as i32,
-                            uids: m(u.uids),
-                            gids: m(u.gids),
-                        }
-                    }),
+                    userns_options: r.userns.as_ref().map(|u| u.to_cri()),
                     ..Default::default()
                 }),
             }),
