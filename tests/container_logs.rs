@@ -11,7 +11,7 @@ mod common;
 use common::ctr::{app_image, ccfg, create_start, pod_config, stop_remove_pod, wait_exited};
 use common::pod::*;
 use husk::api::cri::*;
-use husk::kubelet::node_api::logs::{Options, Reader};
+use husk::kubelet::kit::log_reader::{Options, Reader};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -91,7 +91,7 @@ async fn log_records_at_every_edge() {
     );
     assert_eq!(kubelet_reads(&[&first]), "started\nDONE");
     assert_eq!(
-        husk::kubelet::status::log_tail(first.to_str().unwrap(), 80, 2048),
+        husk::kubelet::managers::status::log_tail(first.to_str().unwrap(), 80, 2048),
         "started\nDONE"
     );
 

@@ -3,8 +3,8 @@
 //! stderr. Shared with `husk run`: flag parsing into [`Settings`] and the
 //! row formatting.
 
-use crate::kubelet::settings::Settings;
-use crate::kubelet::status_manager::StatusEvent;
+use crate::kubelet::kit::settings::Settings;
+use crate::kubelet::managers::status_manager::StatusEvent;
 use crate::kubelet::{self, Control, Notice};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -187,7 +187,7 @@ pub fn age(secs: i64) -> String {
 
 /// Seconds since the pod was first seen.
 pub fn pod_age(ev: &StatusEvent) -> i64 {
-    let now = crate::kubelet::defaults::now().0.as_second();
+    let now = crate::kubelet::kit::defaults::now().0.as_second();
     let start = ev
         .pod
         .status

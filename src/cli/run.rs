@@ -8,9 +8,11 @@
 //! `--timeout` exits 124.
 
 use super::kubelet::{format_row, CommonFlags, HEADER};
-use crate::kubelet::sources::{parse_manifest, SourceSnapshot};
-use crate::kubelet::status_manager::StatusEvent;
-use crate::kubelet::{self, defaults, labels, Control, Notice};
+use crate::kubelet::kit::defaults;
+use crate::kubelet::kit::labels;
+use crate::kubelet::managers::status_manager::StatusEvent;
+use crate::kubelet::pods::sources::{parse_manifest, SourceSnapshot};
+use crate::kubelet::{self, Control, Notice};
 use anyhow::Context as _;
 use k8s_openapi::api::core::v1::Pod;
 use std::collections::{BTreeMap, HashMap};
@@ -195,7 +197,7 @@ pub async fn run(f: RunFlags) -> anyhow::Result<i32> {
     let settings = f.common.settings();
     let pod = load(&f.manifest, &settings.node_name)?;
     let uid = defaults::uid(&pod).to_string();
-    let log_dir = crate::kubelet::sandbox_config::log_dir(&settings, &pod);
+    let log_dir = crate::kubelet::spec::sandbox_config::log_dir(&settings, &pod);
     let (tx, mut rx) = mpsc::unbounded_channel();
     let (snap_tx, snap_rx) = mpsc::channel(4);
     let (stop_tx, stop_rx) = watch::channel(false);

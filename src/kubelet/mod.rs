@@ -12,114 +12,44 @@
 //!
 //! The loop never blocks on the runtime: CRI calls happen in the workers,
 //! PLEG and the prober. Housekeeping (every 2 s) writes the node's health
-//! and, once every source has reported, collects garbage. Modules:
-//! sources, pod_manager, pod_workers, sync and start (with images,
-//! sandbox_config, container_config, volumes), terminate, prober (with handlers), pleg,
-//! status and status_manager, gc, cgroups.
+//! and, once every source has reported, collects garbage.
+//!
+//! The rooms, each using only those listed before it:
+//!
+//! - `kit`: settings, the CRI client, quantities, Pod defaults, labels,
+//!   back-off, the event recorder, a pod's progress;
+//! - `spec`: sandbox and container config, volumes, env, pull secrets;
+//! - `pods`: sources, pod config, the pod manager, admission, deletions;
+//! - `managers`: probes and hooks, PLEG, status, images, cgroups;
+//! - `lifecycle`: pod workers, sync, start, terminate, GC, and `Ctx`;
+//! - `node`: the API server's client and the kubelet API.
+//!
+//! This file is the sync loop that ties them together.
 
-pub mod admission;
-pub mod api_volumes;
-pub mod apiserver;
-pub mod atomic_writer;
-pub mod backoff;
-pub mod cgroups;
-pub mod container_config;
-pub mod defaults;
-pub mod deletions;
-pub mod env;
-pub mod gc;
-pub mod handlers;
-pub mod images;
-pub mod labels;
-pub mod node_api;
-pub mod pleg;
-pub mod pod_manager;
-pub mod pod_workers;
-pub mod prober;
-pub mod pull_secrets;
-pub mod quantity;
-pub mod recorder;
-pub mod runtime;
-pub mod sandbox_config;
-pub mod service_env;
-pub mod settings;
-pub mod sources;
-pub mod start;
-pub mod status;
-pub mod status_manager;
-pub mod sync;
-pub mod terminate;
-pub mod volumes;
+pub mod kit;
+pub mod lifecycle;
+pub mod managers;
+pub mod node;
+pub mod pods;
+pub mod spec;
 
-use backoff::Backoff;
-use images::ImageManager;
-use k8s_openapi::api::core::v1::Pod;
-use pod_workers::{PodWorkers, Work};
-use prober::ProbeManager;
-use runtime::Cri;
-use settings::Settings;
-use sources::{ManifestError, Op, PodConfig, SourceSnapshot};
-use status_manager::{StatusEvent, StatusManager};
+use kit::backoff::Backoff;
+use kit::{defaults, recorder, runtime::Cri, settings::Settings};
+use lifecycle::pod_workers::{PodWorkers, Work};
+use lifecycle::{gc, terminate, Ctx};
+use managers::images::ImageManager;
+use managers::pleg;
+use managers::prober::ProbeManager;
+use managers::reasons::ReasonCache;
+use managers::status_manager::{StatusEvent, StatusManager};
+use node::{api as node_api, apiserver};
+use pods::sources::{self, ManifestError, Op, PodConfig, SourceSnapshot};
+use pods::{deletions, pod_manager};
+use spec::api_volumes;
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
-
-/// Waiting reasons of failed starts, per (pod UID, container name); the
-/// empty name holds the pod's own (sandbox, volume) failure.
-#[derive(Default)]
-pub struct ReasonCache(Mutex<HashMap<(String, String), (String, String)>>);
-
-impl ReasonCache {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), (String, String)>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-    pub fn get(&self, uid: &str, name: &str) -> Option<(String, String)> {
-        self.lock()
-            .get(&(uid.to_string(), name.to_string()))
-            .cloned()
-    }
-    pub fn set(&self, uid: &str, name: &str, reason: &str, message: &str) {
-        self.lock().insert(
-            (uid.to_string(), name.to_string()),
-            (reason.to_string(), message.to_string()),
-        );
-    }
-    pub fn clear(&self, uid: &str, name: &str) {
-        self.lock().remove(&(uid.to_string(), name.to_string()));
-    }
-    pub fn remove_pod(&self, uid: &str) {
-        self.lock().retain(|k, _| k.0 != uid);
-    }
-}
-
-/// What every worker shares.
-pub struct Ctx {
-    pub settings: Settings,
-    pub cri: Cri,
-    pub images: ImageManager,
-    pub crash_backoff: Backoff,
-    /// Retries of API-backed volume set-ups (500 ms doubling to the error
-    /// requeue), as the kubelet's volume manager retries a failed mount.
-    pub mount_backoff: Backoff,
-    pub reasons: ReasonCache,
-    pub probes: ProbeManager,
-    pub status: StatusManager,
-    pub pleg: Arc<pleg::Health>,
-    pub recorder: recorder::Recorder,
-    /// Secrets, config maps and tokens (from the API server, if any).
-    pub objects: api_volumes::Objects,
-}
-
-impl Ctx {
-    pub fn set_pod_reason(&self, pod: &Pod, reason: &str, message: &str) {
-        tracing::warn!(pod = %defaults::full_name(pod), reason, message, "pod sync failed");
-        self.reasons.set(defaults::uid(pod), "", reason, message);
-    }
-    pub fn clear_pod_reason(&self, pod: &Pod) {
-        self.reasons.clear(defaults::uid(pod), "");
-    }
-}
 
 /// What the kubelet tells its display.
 #[derive(Debug, Clone)]
@@ -176,7 +106,12 @@ pub async fn run(
     };
     let ctx = Arc::new(Ctx {
         cri: cri.clone(),
-        images: ImageManager::new(settings.image_backoff_initial, settings.image_backoff_max),
+        images: ImageManager::new(
+            cri.clone(),
+            recorder.clone(),
+            settings.image_backoff_initial,
+            settings.image_backoff_max,
+        ),
         crash_backoff: Backoff::new(settings.crash_backoff_initial, settings.crash_backoff_max),
         mount_backoff: Backoff::new(
             Duration::from_millis(500),
@@ -397,5 +332,52 @@ fn write_node_status(ctx: &Ctx, pods: usize) {
         if std::fs::write(&tmp, b).is_ok() {
             let _ = std::fs::rename(&tmp, dir.join("node.json"));
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::path::Path;
+
+    /// The rooms in the order of the module header: each may use only
+    /// itself and those before it.
+    const ROOMS: [&str; 6] = ["kit", "spec", "pods", "managers", "lifecycle", "node"];
+
+    fn sources(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                sources(&p, out);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                out.push(p);
+            }
+        }
+    }
+
+    #[test]
+    fn rooms_use_only_rooms_before_them() {
+        let base = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/kubelet");
+        let mut wrong = Vec::new();
+        for (rank, room) in ROOMS.iter().enumerate() {
+            let mut files = Vec::new();
+            sources(&base.join(room), &mut files);
+            assert!(!files.is_empty(), "room {room} has no files");
+            for f in files {
+                let text = std::fs::read_to_string(&f).unwrap();
+                for (i, _) in text.match_indices("crate::kubelet::") {
+                    let rest = &text[i + "crate::kubelet::".len()..];
+                    let name: String = rest
+                        .chars()
+                        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                        .collect();
+                    match ROOMS.iter().position(|r| *r == name) {
+                        Some(r) if r <= rank => {}
+                        _ => wrong.push(format!("{} uses {name}", f.display())),
+                    }
+                }
+            }
+        }
+        assert!(wrong.is_empty(), "uses against the room order: {wrong:#?}");
     }
 }

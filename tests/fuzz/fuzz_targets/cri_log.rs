@@ -9,7 +9,7 @@ use husk::logs::{parse_line, CriLogWriter, Stream};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let _ = husk::kubelet::status::log_tail_text(data, 5, 100);
+    let _ = husk::kubelet::managers::status::log_tail_text(data, 5, 100);
     let Some((&max, rest)) = data.split_first() else {
         return;
     };
@@ -38,13 +38,13 @@ fuzz_target!(|data: &[u8]| {
             g.push(b'\n');
         }
     }
-    let opts = husk::kubelet::node_api::logs::Options::default();
-    let mut r = husk::kubelet::node_api::logs::Reader::default();
+    let opts = husk::kubelet::kit::log_reader::Options::default();
+    let mut r = husk::kubelet::kit::log_reader::Reader::default();
     let mut whole = r.lines(&text, &opts);
     let ended = whole.len();
     whole.extend(r.finish(&opts));
     let cut = (max as usize * 7) % (text.len() + 1);
-    let mut r = husk::kubelet::node_api::logs::Reader::default();
+    let mut r = husk::kubelet::kit::log_reader::Reader::default();
     let mut parts = r.lines(&text[..cut], &opts);
     parts.extend(r.lines(&text[cut..], &opts));
     parts.extend(r.finish(&opts));

@@ -13,10 +13,10 @@ fuzz_target!(|data: &[u8]| {
             let _ = head.upgrades_to("SPDY/3.1");
             let _ = head.header_list("Sec-WebSocket-Protocol");
             let _ = head.header("X-Stream-Protocol-Version");
-            let req = husk::kubelet::node_api::Request::parse(&head.path);
+            let req = husk::kubelet::node::api::Request::parse(&head.path);
             assert!(req.segments.iter().all(|s| !s.is_empty()));
             let _ = (req.flag("follow"), req.all("command"));
-            let fwd = husk::kubelet::node_api::forward_head(&head, "/x", "127.0.0.1:1");
+            let fwd = husk::kubelet::node::api::forward_head(&head, "/x", "127.0.0.1:1");
             assert!(fwd.starts_with(format!("{} /x HTTP/1.1\r\n", head.method).as_bytes()));
         }
         let mut input = data;

@@ -1,8 +1,8 @@
 //! Static pod manifests (YAML or JSON, multi-document) through parsing,
 //! defaulting and admission.
 #![no_main]
-use husk::kubelet::admission::admit;
-use husk::kubelet::sources::{make_static, parse_manifest};
+use husk::kubelet::pods::admission::admit;
+use husk::kubelet::pods::sources::{make_static, parse_manifest};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

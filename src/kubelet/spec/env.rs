@@ -1,0 +1,340 @@
+//! A container's environment, as the kubelet builds it: service link
+//! variables, then `envFrom` (secrets and config maps, prefixed), then
+//! `env` in order (plain values with `$(VAR)` references to earlier
+//! entries, fieldRef, resourceFieldRef, secretKeyRef, configMapKeyRef);
+//! and the downward-API fields and resources that env and downwardAPI
+//! volumes share.
+
+use super::api_volumes::Kind;
+use super::container_config::Inputs;
+use crate::api::cri::KeyValue;
+use crate::kubelet::kit::defaults;
+use crate::kubelet::kit::settings::Settings;
+use k8s_openapi::api::core::v1::{Container, Pod};
+use std::collections::{BTreeMap, HashMap};
+
+/// Whether a fieldRef path is one a pod may use.
+pub fn field_supported(path: &str) -> bool {
+    match path {
+        "metadata.name"
+        | "metadata.namespace"
+        | "metadata.uid"
+        | "spec.nodeName"
+        | "spec.serviceAccountName"
+        | "status.podIP"
+        | "status.podIPs"
+        | "status.hostIP"
+        | "status.hostIPs"
+        | "metadata.labels"
+        | "metadata.annotations" => true,
+        p if (p.starts_with("metadata.labels['") || p.starts_with("metadata.annotations['"))
+            && p.ends_with("']") =>
+        {
+            true
+        }
+        _ => false,
+    }
+}
+
+fn field_value(pod: &Pod, path: &str, inp: &Inputs) -> String {
+    pod_field(pod, path, inp.pod_ips, inp.host_ip)
+}
+
+/// A string quoted as Go's `%q` quotes it (the downward API's format for
+/// label and annotation values).
+pub fn go_quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{7}' => out.push_str("\\a"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            '\u{b}' => out.push_str("\\v"),
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
+                out.push_str(&format!("\\x{:02x}", c as u32))
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// A downward-API field of the pod (env `fieldRef`, downwardAPI volumes).
+pub fn pod_field(pod: &Pod, path: &str, pod_ips: &[String], host_ip: &str) -> String {
+    let meta_map = |m: Option<&std::collections::BTreeMap<String, String>>| {
+        m.map(|m| {
+            m.iter()
+                .map(|(k, v)| format!("{k}={}", go_quote(v)))
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .unwrap_or_default()
+    };
+    let key = |prefix: &str| path.strip_prefix(prefix).and_then(|r| r.strip_suffix("']"));
+    match path {
+        "metadata.name" => defaults::name(pod).into(),
+        "metadata.namespace" => defaults::namespace(pod).into(),
+        "metadata.uid" => defaults::uid(pod).into(),
+        "spec.nodeName" => pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.clone())
+            .unwrap_or_default(),
+        "spec.serviceAccountName" => pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.service_account_name.clone())
+            .unwrap_or_default(),
+        "status.podIP" => pod_ips.first().cloned().unwrap_or_default(),
+        "status.podIPs" => pod_ips.join(","),
+        "status.hostIP" | "status.hostIPs" => host_ip.into(),
+        "metadata.labels" => meta_map(pod.metadata.labels.as_ref()),
+        "metadata.annotations" => meta_map(pod.metadata.annotations.as_ref()),
+        _ => {
+            if let Some(k) = key("metadata.labels['") {
+                pod.metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|m| m.get(k))
+                    .cloned()
+                    .unwrap_or_default()
+            } else if let Some(k) = key("metadata.annotations['") {
+                pod.metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|m| m.get(k))
+                    .cloned()
+                    .unwrap_or_default()
+            } else {
+                String::new()
+            }
+        }
+    }
+}
+
+pub fn resource_value(
+    s: &Settings,
+    c: &Container,
+    resource: &str,
+    divisor: Option<&str>,
+) -> String {
+    let r = defaults::resources(c);
+    let div = |d: &str, milli: bool| -> i64 {
+        let v = if milli {
+            crate::kubelet::kit::quantity::milli_value(d)
+        } else {
+            crate::kubelet::kit::quantity::value(d)
+        };
+        v.ok().filter(|v| *v > 0).unwrap_or(1)
+    };
+    match resource {
+        "limits.cpu" | "requests.cpu" => {
+            let m = if resource == "limits.cpu" {
+                // An unset limit reads as the node's capacity.
+                r.cpu_limit_milli.unwrap_or(num_cpus_milli())
+            } else {
+                r.cpu_request_milli.unwrap_or(0)
+            };
+            let d = div(divisor.unwrap_or("1"), true);
+            ((m + d - 1) / d).to_string()
+        }
+        _ => {
+            let b = if resource == "limits.memory" {
+                r.memory_limit.unwrap_or(s.memory_capacity)
+            } else {
+                r.memory_request.unwrap_or(0)
+            };
+            let d = div(divisor.unwrap_or("1"), false);
+            ((b + d - 1) / d).to_string()
+        }
+    }
+}
+
+fn num_cpus_milli() -> i64 {
+    std::thread::available_parallelism()
+        .map(|n| n.get() as i64 * 1000)
+        .unwrap_or(1000)
+}
+
+/// `$(VAR)` expanded from `env`; `$$` is a literal `$`; unknown names stay.
+pub fn expand(s: &str, env: &HashMap<String, String>) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(i) = rest.find('$') {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 1..];
+        if let Some(r) = after.strip_prefix('$') {
+            out.push('$');
+            rest = r;
+        } else if let Some(r) = after.strip_prefix('(') {
+            match r.find(')') {
+                Some(end) => {
+                    let name = &r[..end];
+                    match env.get(name) {
+                        Some(v) => out.push_str(v),
+                        None => out.push_str(&rest[i..i + 2 + end + 1]),
+                    }
+                    rest = &r[end + 1..];
+                }
+                None => {
+                    out.push_str(&rest[i..]);
+                    rest = "";
+                }
+            }
+        } else {
+            out.push('$');
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// A C identifier-like env name, as envFrom keys must be (else skipped).
+pub fn env_name(s: &str) -> bool {
+    !s.is_empty()
+        && !s.starts_with(|c: char| c.is_ascii_digit())
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+}
+
+/// Env in order, references resolved against earlier entries.
+pub fn env(s: &Settings, pod: &Pod, c: &Container, inp: &Inputs) -> Vec<KeyValue> {
+    use super::api_volumes::Kind;
+    let mut seen: HashMap<String, String> = HashMap::new();
+    let mut out: Vec<KeyValue> = Vec::new();
+    let lookup = |kind: Kind, name: &str, key: &str| {
+        inp.env_objects
+            .get(&(kind, name.to_string()))
+            .and_then(|d| d.as_ref())
+            .and_then(|d| d.get(key))
+            .map(|v| String::from_utf8_lossy(v).into_owned())
+    };
+    for (k, v) in inp.service_env {
+        seen.insert(k.clone(), v.clone());
+        out.push(KeyValue {
+            key: k.clone(),
+            value: v.clone(),
+        });
+    }
+    // envFrom next; env entries override.
+    for f in c.env_from.iter().flatten() {
+        let (kind, name) = match (&f.secret_ref, &f.config_map_ref) {
+            (Some(s), _) => (Kind::Secret, s.name.clone()),
+            (None, Some(m)) => (Kind::ConfigMap, m.name.clone()),
+            _ => continue,
+        };
+        let prefix = f.prefix.clone().unwrap_or_default();
+        let data = inp.env_objects.get(&(kind, name)).and_then(|d| d.as_ref());
+        for (k, v) in data.into_iter().flatten() {
+            let key = format!("{prefix}{k}");
+            if !env_name(&key) {
+                continue;
+            }
+            let v = String::from_utf8_lossy(v).into_owned();
+            seen.insert(key.clone(), v.clone());
+            out.retain(|kv| kv.key != key);
+            out.push(KeyValue { key, value: v });
+        }
+    }
+    for e in c.env.iter().flatten() {
+        let v = if let Some(src) = &e.value_from {
+            if let Some(r) = &src.secret_key_ref {
+                lookup(Kind::Secret, &r.name, &r.key).unwrap_or_default()
+            } else if let Some(r) = &src.config_map_key_ref {
+                lookup(Kind::ConfigMap, &r.name, &r.key).unwrap_or_default()
+            } else if let Some(f) = &src.field_ref {
+                field_value(pod, &f.field_path, inp)
+            } else if let Some(r) = &src.resource_field_ref {
+                resource_value(s, c, &r.resource, r.divisor.as_ref().map(|d| d.0.as_str()))
+            } else {
+                String::new()
+            }
+        } else {
+            expand(e.value.as_deref().unwrap_or(""), &seen)
+        };
+        seen.insert(e.name.clone(), v.clone());
+        out.retain(|kv| kv.key != e.name);
+        out.push(KeyValue {
+            key: e.name.clone(),
+            value: v,
+        });
+    }
+    out
+}
+
+/// Env from secrets and config maps: (kind, name) → data, for every
+/// object the container's env and envFrom name (None: optional, absent).
+pub type EnvObjects = HashMap<(Kind, String), Option<BTreeMap<String, Vec<u8>>>>;
+
+/// Fetches what a container's env refers to; Err is a
+/// CreateContainerConfigError message.
+pub async fn env_objects(
+    objects: &super::api_volumes::Objects,
+    pod: &Pod,
+    c: &Container,
+) -> Result<EnvObjects, String> {
+    let ns = defaults::namespace(pod);
+    let mut want: Vec<(Kind, String, bool)> = Vec::new();
+    for e in c.env.iter().flatten() {
+        let Some(src) = &e.value_from else { continue };
+        if let Some(r) = &src.secret_key_ref {
+            want.push((Kind::Secret, r.name.clone(), r.optional.unwrap_or(false)));
+        }
+        if let Some(r) = &src.config_map_key_ref {
+            want.push((Kind::ConfigMap, r.name.clone(), r.optional.unwrap_or(false)));
+        }
+    }
+    for f in c.env_from.iter().flatten() {
+        if let Some(r) = &f.secret_ref {
+            want.push((Kind::Secret, r.name.clone(), r.optional.unwrap_or(false)));
+        }
+        if let Some(r) = &f.config_map_ref {
+            want.push((Kind::ConfigMap, r.name.clone(), r.optional.unwrap_or(false)));
+        }
+    }
+    let mut out = EnvObjects::new();
+    for (kind, name, optional) in want {
+        if out.contains_key(&(kind, name.clone())) {
+            continue;
+        }
+        let d = objects.data(kind, ns, &name).await?;
+        if d.is_none() && !optional {
+            return Err(format!("{} {name:?} not found", kind.word()));
+        }
+        out.insert((kind, name), d);
+    }
+    for e in c.env.iter().flatten() {
+        let Some(src) = &e.value_from else { continue };
+        let refs = [
+            src.secret_key_ref
+                .as_ref()
+                .map(|r| (Kind::Secret, &r.name, &r.key, r.optional)),
+            src.config_map_key_ref
+                .as_ref()
+                .map(|r| (Kind::ConfigMap, &r.name, &r.key, r.optional)),
+        ];
+        for (kind, name, key, optional) in refs.into_iter().flatten() {
+            let has = out
+                .get(&(kind, name.clone()))
+                .and_then(|d| d.as_ref())
+                .is_some_and(|d| d.contains_key(key));
+            if !has && !optional.unwrap_or(false) {
+                let what = if kind == Kind::Secret {
+                    "Secret"
+                } else {
+                    "ConfigMap"
+                };
+                return Err(format!("couldn't find key {key} in {what} {ns}/{name}"));
+            }
+        }
+    }
+    Ok(out)
+}
