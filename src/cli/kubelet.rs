@@ -3,6 +3,7 @@
 //! stderr. Shared with `husk run`: flag parsing into [`Settings`] and the
 //! row formatting.
 
+pub use crate::kubelet::kit::settings::parse_duration;
 use crate::kubelet::kit::settings::Settings;
 use crate::kubelet::managers::status_manager::StatusEvent;
 use crate::kubelet::{self, Control, Notice};
@@ -60,6 +61,8 @@ pub struct CommonFlags {
     pub file_check_frequency: Duration,
     #[arg(long, hide = true, value_parser = parse_duration, default_value = "20s")]
     pub http_check_frequency: Duration,
+    #[command(flatten)]
+    pub node: super::node_flags::NodeFlags,
 }
 
 /// Flags of `husk kubelet` that join a cluster.
@@ -107,43 +110,9 @@ impl ClusterFlags {
     }
 }
 
-/// "10s", "500ms", "5m", "1h", "1m30s".
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let mut total = Duration::ZERO;
-    let mut rest = s.trim();
-    if rest.is_empty() {
-        return Err("empty duration".into());
-    }
-    while !rest.is_empty() {
-        let n_end = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        let n: f64 = rest[..n_end]
-            .parse()
-            .map_err(|_| format!("invalid duration {s:?}"))?;
-        rest = &rest[n_end..];
-        let u_end = rest
-            .find(|c: char| c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        let unit = match &rest[..u_end] {
-            "ms" => 0.001,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            u => {
-                return Err(format!(
-                    "invalid duration {s:?}: unit {u:?} (use ms, s, m, h)"
-                ))
-            }
-        };
-        rest = &rest[u_end..];
-        total += Duration::from_secs_f64(n * unit);
-    }
-    Ok(total)
-}
-
 impl CommonFlags {
-    pub fn settings(&self) -> Settings {
+    /// The settings; an error names the flag whose value is refused.
+    pub fn settings(&self) -> anyhow::Result<Settings> {
         let mut s = Settings::new(&self.runtime_endpoint);
         s.root = self.root.clone();
         s.pod_log_root = self.pod_log_root.clone();
@@ -169,7 +138,8 @@ impl CommonFlags {
         s.file_check_frequency = self.file_check_frequency;
         s.http_check_frequency = self.http_check_frequency;
         s.error_requeue = self.crash_backoff_initial.min(Duration::from_secs(10));
-        s
+        self.node.apply(&mut s).map_err(|e| anyhow::anyhow!(e))?;
+        Ok(s)
     }
 }
 
@@ -230,7 +200,7 @@ pub async fn run(
             "nothing to run: give --kubeconfig FILE, --manifests DIR and/or --manifest-url URL"
         );
     }
-    let mut settings = flags.settings();
+    let mut settings = flags.settings()?;
     cluster.apply(&mut settings);
     settings.manifests = manifests;
     settings.manifest_url = manifest_url;

@@ -4,6 +4,7 @@ pub mod check;
 pub mod config_import;
 pub mod images;
 pub mod kubelet;
+pub mod node_flags;
 pub mod run;
 pub mod stream;
 

@@ -194,7 +194,7 @@ fn outcome(ev: &StatusEvent) -> Option<Outcome> {
 
 /// `husk run`; returns the process exit code.
 pub async fn run(f: RunFlags) -> anyhow::Result<i32> {
-    let settings = f.common.settings();
+    let settings = f.common.settings()?;
     let pod = load(&f.manifest, &settings.node_name)?;
     let uid = defaults::uid(&pod).to_string();
     let log_dir = crate::kubelet::spec::sandbox_config::log_dir(&settings, &pod);

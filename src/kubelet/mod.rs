@@ -34,9 +34,13 @@ pub mod pods;
 pub mod spec;
 
 use kit::backoff::Backoff;
+use kit::node_config::{self, Capacity};
 use kit::{defaults, recorder, runtime::Cri, settings::Settings};
 use lifecycle::pod_workers::{PodWorkers, Work};
 use lifecycle::{gc, terminate, Ctx};
+use managers::cgroups::PodCgroups;
+use managers::eviction::EvictionManager;
+use managers::image_gc::ImageGc;
 use managers::images::ImageManager;
 use managers::pleg;
 use managers::prober::ProbeManager;
@@ -88,6 +92,16 @@ pub async fn run(
         }
         None => None,
     };
+    // The node's cgroups before any pod: reservations beyond capacity or
+    // a cgroup that cannot be made refuse the start, as the kubelet's
+    // container manager does.
+    let capacity = Capacity::read(&settings.root);
+    let reserved = settings.kube_reserved.plus(&settings.system_reserved);
+    node_config::check_reserved(&capacity, &reserved).map_err(|e| anyhow::anyhow!(e))?;
+    let cgroups = PodCgroups::new(&settings);
+    cgroups
+        .ensure_node(&settings, &capacity)
+        .map_err(|e| anyhow::anyhow!("node cgroups: {e}"))?;
     let _ = notices.send(Notice::Runtime(cri.name.clone(), cri.version.clone()));
     tracing::info!(runtime = %cri.name, version = %cri.version, node = %settings.node_name, "kubelet connected to the runtime");
     std::fs::create_dir_all(&settings.root)
@@ -104,6 +118,20 @@ pub async fn run(
         Some(_) => recorder::Recorder::new(event_tx),
         None => recorder::Recorder::default(),
     };
+    let image_gc = Arc::new(ImageGc::new(
+        cri.clone(),
+        settings.image_gc.clone(),
+        recorder.clone(),
+        &settings.node_name,
+    ));
+    let eviction = Arc::new(EvictionManager::new(
+        cri.clone(),
+        settings.eviction.clone(),
+        settings.root.clone(),
+        image_gc.clone(),
+        recorder.clone(),
+        &settings.node_name,
+    ));
     let ctx = Arc::new(Ctx {
         cri: cri.clone(),
         images: ImageManager::new(
@@ -125,6 +153,9 @@ pub async fn run(
             cluster.as_ref().map(|_| api_status_tx.clone()),
         ),
         pleg: health.clone(),
+        cgroups,
+        image_gc,
+        eviction,
         recorder,
         objects: api_volumes::Objects::new(cluster.clone()),
         settings: settings.clone(),
@@ -138,7 +169,7 @@ pub async fn run(
             client,
             &settings,
             cri.clone(),
-            health.clone(),
+            node_api_managers(&ctx),
             snap_tx.clone(),
             api_status_rx,
             event_rx,
@@ -182,6 +213,12 @@ pub async fn run(
     let mut housekeeping = tokio::time::interval(Duration::from_secs(2));
     let mut tick = tokio::time::interval(Duration::from_millis(250));
     let mut gc_running: Option<tokio::task::JoinHandle<()>> = None;
+    let mut eviction_tick = tokio::time::interval(ctx.eviction.period());
+    let mut eviction_running: Option<tokio::task::JoinHandle<()>> = None;
+    let (evict_tx, mut evict_rx) = mpsc::unbounded_channel::<String>();
+    let mut image_gc_tick = tokio::time::interval(ctx.image_gc.period());
+    image_gc_tick.tick().await;
+    let mut image_gc_running: Option<tokio::task::JoinHandle<()>> = None;
     let sync = |workers: &mut PodWorkers, pods: &pod_manager::PodManager, uid: &str| {
         if let Some(d) = pods.get(uid) {
             workers.dispatch(uid, Work::Sync(d.pod.clone(), d.rejection.clone()));
@@ -269,6 +306,30 @@ pub async fn run(
                     due.insert(d.uid, Instant::now() + after);
                 }
             }
+            Some(uid) = evict_rx.recv() => {
+                sync(&mut workers, &pods, &uid);
+            }
+            _ = eviction_tick.tick() => {
+                if eviction_running.as_ref().is_none_or(|h| h.is_finished()) {
+                    let active = active_pods(&ctx, &pods);
+                    let (ctx, tx) = (ctx.clone(), evict_tx.clone());
+                    eviction_running = Some(tokio::spawn(async move {
+                        if let Some(p) = ctx.eviction.synchronize(active).await {
+                            let _ = tx.send(defaults::uid(&p).to_string());
+                        }
+                    }));
+                }
+            }
+            _ = image_gc_tick.tick() => {
+                if image_gc_running.as_ref().is_none_or(|h| h.is_finished()) {
+                    let ctx = ctx.clone();
+                    image_gc_running = Some(tokio::spawn(async move {
+                        if let Err(e) = ctx.image_gc.collect().await {
+                            tracing::warn!(error = %e, "image garbage collection failed");
+                        }
+                    }));
+                }
+            }
             Some(st) = status_rx.recv() => {
                 let _ = notices.send(Notice::Status(st));
             }
@@ -302,14 +363,42 @@ pub async fn run(
     for t in tasks {
         t.abort();
     }
-    if let Some(g) = gc_running {
-        g.abort();
+    for h in [gc_running, eviction_running, image_gc_running]
+        .into_iter()
+        .flatten()
+    {
+        h.abort();
     }
     // Status changes queued before the stop still reach the display.
     while let Ok(st) = status_rx.try_recv() {
         let _ = notices.send(Notice::Status(st));
     }
     Ok(())
+}
+
+/// Pods eviction may choose from: admitted, not finished, not evicted.
+fn active_pods(
+    ctx: &Ctx,
+    pods: &pod_manager::PodManager,
+) -> Vec<Arc<k8s_openapi::api::core::v1::Pod>> {
+    pods.uids()
+        .filter_map(|u| pods.get(u))
+        .filter(|d| d.rejection.is_none())
+        .filter(|d| {
+            let uid = defaults::uid(&d.pod);
+            let phase = ctx.status.get(uid).and_then(|s| s.phase);
+            !matches!(phase.as_deref(), Some("Succeeded") | Some("Failed"))
+                && ctx.eviction.evicted(uid).is_none()
+        })
+        .map(|d| d.pod.clone())
+        .collect()
+}
+
+fn node_api_managers(ctx: &Ctx) -> apiserver::node::Managers {
+    apiserver::node::Managers {
+        pleg: ctx.pleg.clone(),
+        eviction: ctx.eviction.clone(),
+    }
 }
 
 fn write_node_status(ctx: &Ctx, pods: usize) {

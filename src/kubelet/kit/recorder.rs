@@ -11,9 +11,11 @@ use tokio::sync::mpsc;
 pub const NORMAL: &str = "Normal";
 pub const WARNING: &str = "Warning";
 
-/// One event about a pod or one of its containers.
+/// One event about a pod, one of its containers, or the node.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Record {
+    /// "Pod" or "Node" (whose namespace is "default" and UID its name).
+    pub kind: &'static str,
     pub namespace: String,
     pub name: String,
     pub uid: String,
@@ -46,6 +48,20 @@ impl Recorder {
         self.send(record(pod, None, type_, reason, message));
     }
 
+    /// An event about the node (image GC, OOM kills, eviction).
+    pub fn node(&self, node: &str, type_: &'static str, reason: &str, message: &str) {
+        self.send(Record {
+            kind: "Node",
+            namespace: "default".into(),
+            name: node.into(),
+            uid: node.into(),
+            field_path: None,
+            type_,
+            reason: reason.into(),
+            message: message.into(),
+        });
+    }
+
     /// An event about one of the pod's containers (init or app).
     pub fn container(
         &self,
@@ -75,6 +91,7 @@ fn record(
     message: &str,
 ) -> Record {
     Record {
+        kind: "Pod",
         namespace: super::defaults::namespace(pod).into(),
         name: super::defaults::name(pod).into(),
         uid: super::defaults::uid(pod).into(),

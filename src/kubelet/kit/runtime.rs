@@ -30,7 +30,10 @@ impl CriError {
 
 pub type CriResult<T> = Result<T, CriError>;
 
-fn cri<T>(op: impl Into<String>, r: Result<tonic::Response<T>, tonic::Status>) -> CriResult<T> {
+pub(super) fn cri<T>(
+    op: impl Into<String>,
+    r: Result<tonic::Response<T>, tonic::Status>,
+) -> CriResult<T> {
     r.map(|r| r.into_inner()).map_err(|status| CriError {
         op: op.into(),
         status,
@@ -77,7 +80,7 @@ impl Cri {
         })
     }
 
-    fn req<T>(&self, m: T) -> tonic::Request<T> {
+    pub(super) fn req<T>(&self, m: T) -> tonic::Request<T> {
         with_timeout(tonic::Request::new(m), CALL)
     }
 

@@ -1,6 +1,7 @@
 //! The kubelet's settings (flags of `husk kubelet` / `husk run`), with
 //! the real kubelet's defaults.
 
+use super::node_config::{Eviction, ImageGc, Reservation};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -60,6 +61,17 @@ pub struct Settings {
     pub node_status_report_frequency: Duration,
     /// The node Lease's duration; it is renewed every quarter of it.
     pub node_lease_duration_secs: i32,
+    /// Resources kept back from pods for the kubelet and the runtime
+    /// (`--kube-reserved`) and for the rest of the system (`--system-reserved`).
+    pub kube_reserved: Reservation,
+    pub system_reserved: Reservation,
+    /// What node allocatable is enforced on: `pods` bounds the pods' cgroup;
+    /// `kube-reserved` / `system-reserved` bound these cgroups.
+    pub enforce_node_allocatable: Vec<String>,
+    pub kube_reserved_cgroup: Option<String>,
+    pub system_reserved_cgroup: Option<String>,
+    pub eviction: Eviction,
+    pub image_gc: ImageGc,
 }
 
 impl Settings {
@@ -98,6 +110,13 @@ impl Settings {
             node_status_update_frequency: Duration::from_secs(10),
             node_status_report_frequency: Duration::from_secs(60),
             node_lease_duration_secs: 40,
+            kube_reserved: Reservation::default(),
+            system_reserved: Reservation::default(),
+            enforce_node_allocatable: vec!["pods".into()],
+            kube_reserved_cgroup: None,
+            system_reserved_cgroup: None,
+            eviction: Eviction::default(),
+            image_gc: ImageGc::default(),
         }
     }
 }
@@ -126,4 +145,39 @@ pub fn meminfo_bytes(meminfo: &str, key: &str) -> i64 {
         .and_then(|kb| kb.parse::<i64>().ok())
         .map(|kb| kb * 1024)
         .unwrap_or(0)
+}
+
+/// "10s", "500ms", "5m", "1h", "1m30s".
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let mut total = Duration::ZERO;
+    let mut rest = s.trim();
+    if rest.is_empty() {
+        return Err("empty duration".into());
+    }
+    while !rest.is_empty() {
+        let n_end = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let n: f64 = rest[..n_end]
+            .parse()
+            .map_err(|_| format!("invalid duration {s:?}"))?;
+        rest = &rest[n_end..];
+        let u_end = rest
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let unit = match &rest[..u_end] {
+            "ms" => 0.001,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            u => {
+                return Err(format!(
+                    "invalid duration {s:?}: unit {u:?} (use ms, s, m, h)"
+                ))
+            }
+        };
+        rest = &rest[u_end..];
+        total += Duration::from_secs_f64(n * unit);
+    }
+    Ok(total)
 }

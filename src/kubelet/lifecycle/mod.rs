@@ -16,6 +16,9 @@ use crate::kubelet::kit::defaults;
 use crate::kubelet::kit::recorder::Recorder;
 use crate::kubelet::kit::runtime::Cri;
 use crate::kubelet::kit::settings::Settings;
+use crate::kubelet::managers::cgroups::PodCgroups;
+use crate::kubelet::managers::eviction::EvictionManager;
+use crate::kubelet::managers::image_gc::ImageGc;
 use crate::kubelet::managers::images::ImageManager;
 use crate::kubelet::managers::pleg;
 use crate::kubelet::managers::prober::ProbeManager;
@@ -39,6 +42,10 @@ pub struct Ctx {
     pub probes: ProbeManager,
     pub status: StatusManager,
     pub pleg: Arc<pleg::Health>,
+    /// The pod and QoS cgroups.
+    pub cgroups: PodCgroups,
+    pub image_gc: Arc<ImageGc>,
+    pub eviction: Arc<EvictionManager>,
     pub recorder: Recorder,
     /// Secrets, config maps and tokens (from the API server, if any).
     pub objects: api_volumes::Objects,

@@ -211,6 +211,11 @@ async fn sync_once(ctx: &Ctx, pod: &Pod, rejection: Option<&Rejection>) -> Optio
         );
         return None;
     }
+    if let Some(e) = ctx.eviction.evicted(uid) {
+        // Evicted: stopped with the eviction's grace period, and Failed.
+        let why = Some(("Evicted", e.message.as_str()));
+        return finish(ctx, pod, prev.as_ref(), why, Some(e.grace)).await;
+    }
     if prev.is_none() {
         // A new pod shows as Pending (ContainerCreating) while its first
         // sync creates the sandbox, pulls and starts.
@@ -242,6 +247,7 @@ async fn sync_once(ctx: &Ctx, pod: &Pod, rejection: Option<&Rejection>) -> Optio
                     "DeadlineExceeded",
                     "Pod was active on the node longer than the specified deadline",
                 )),
+                None,
             )
             .await;
         }
@@ -249,7 +255,7 @@ async fn sync_once(ctx: &Ctx, pod: &Pod, rejection: Option<&Rejection>) -> Optio
     }
     if terminal {
         // A finished pod is not run again; whatever still runs is stopped.
-        return finish(ctx, pod, prev.as_ref(), None).await;
+        return finish(ctx, pod, prev.as_ref(), None, None).await;
     }
     let retry = sync::sync_pod(ctx, pod).await;
     let retry = match (retry, deadline_left) {
@@ -278,6 +284,7 @@ async fn finish(
     pod: &Pod,
     prev: Option<&k8s_openapi::api::core::v1::PodStatus>,
     why: Option<(&str, &str)>,
+    grace: Option<i64>,
 ) -> Option<Duration> {
     let uid = defaults::uid(pod);
     let Ok(rt) = ctx.cri.pod(&ctx.settings.node_name, uid).await else {
@@ -290,6 +297,7 @@ async fn finish(
             Some(pod),
             &rt,
             why.map(|w| w.0).unwrap_or("pod has finished"),
+            grace,
         )
         .await;
     }
@@ -338,6 +346,7 @@ async fn terminate_pod(ctx: &Ctx, pod: &Pod) {
     ctx.crash_backoff.gc(Some(&format!("{uid}_")));
     ctx.mount_backoff.gc(Some(&format!("{uid}_")));
     ctx.images.forget_pod(&uid);
+    ctx.eviction.forget(&uid);
     ctx.objects.forget_pod(&uid);
     ctx.reasons.remove_pod(&uid);
     ctx.status.remove(&uid);

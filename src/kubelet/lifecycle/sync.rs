@@ -169,6 +169,7 @@ pub async fn sync_pod(ctx: &Ctx, pod: &Pod) -> Option<Duration> {
             Some(pod),
             &rt,
             "pod needs to be restarted or has finished",
+            None,
         )
         .await;
         if !actions.create_sandbox {
@@ -197,6 +198,13 @@ pub async fn sync_pod(ctx: &Ctx, pod: &Pod) -> Option<Duration> {
         if let Err(e) = api_vols {
             tracing::warn!(pod = %defaults::full_name(pod), error = %e, "volume refresh failed");
         }
+        return retry;
+    }
+    // The pod's cgroup before anything of it runs (the kubelet's
+    // EnsureExists), so its containers are bounded together.
+    if let Err(e) = ctx.cgroups.ensure_pod(&ctx.settings, pod) {
+        ctx.set_pod_reason(pod, "ContainerCreating", &e.to_string());
+        soonest(None);
         return retry;
     }
     // Volumes first: a pod whose volumes cannot be set up stays ContainerCreating.

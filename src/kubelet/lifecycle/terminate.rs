@@ -106,8 +106,15 @@ pub async fn shorten(ctx: std::sync::Arc<Ctx>, uid: String, grace: i64) {
     .await;
 }
 
-/// Stops every running container (in parallel), then every ready sandbox.
-pub async fn kill_pod(ctx: &Ctx, pod: Option<&Pod>, rt: &RuntimePod, why: &str) {
+/// Stops every running container (in parallel, with `grace` instead of
+/// the pod's grace period when given), then every ready sandbox.
+pub async fn kill_pod(
+    ctx: &Ctx,
+    pod: Option<&Pod>,
+    rt: &RuntimePod,
+    why: &str,
+    grace: Option<i64>,
+) {
     let running: Vec<&ContainerView> = rt
         .containers
         .iter()
@@ -119,7 +126,7 @@ pub async fn kill_pod(ctx: &Ctx, pod: Option<&Pod>, rt: &RuntimePod, why: &str) 
     futures::future::join_all(
         running
             .into_iter()
-            .map(|c| kill_container(ctx, pod, c, rt, None)),
+            .map(|c| kill_container(ctx, pod, c, rt, grace)),
     )
     .await;
     for s in rt.sandboxes.iter().filter(|s| s.ready) {
@@ -132,7 +139,7 @@ pub async fn kill_pod(ctx: &Ctx, pod: Option<&Pod>, rt: &RuntimePod, why: &str) 
 /// Kills the pod, then removes its containers and sandboxes from the
 /// runtime, and its directories, logs and cgroups from the node.
 pub async fn remove_pod(ctx: &Ctx, pod: Option<&Pod>, rt: &RuntimePod) -> bool {
-    kill_pod(ctx, pod, rt, "pod deleted").await;
+    kill_pod(ctx, pod, rt, "pod deleted", None).await;
     let mut clean = true;
     for c in &rt.containers {
         if let Err(e) = ctx.cri.remove_container(&c.id).await {
@@ -180,6 +187,6 @@ pub async fn remove_pod(ctx: &Ctx, pod: Option<&Pod>, rt: &RuntimePod) -> bool {
             .join(format!("{ns}_{name}_{}", rt.uid));
         let _ = std::fs::remove_dir_all(dir);
     }
-    crate::kubelet::managers::cgroups::remove_pod(&ctx.settings, &rt.uid);
+    ctx.cgroups.remove_pod(&rt.uid);
     clean
 }

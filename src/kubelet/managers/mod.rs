@@ -6,7 +6,9 @@
 //! and depends only on the kit, the spec and the pod config.
 
 pub mod cgroups;
+pub mod eviction;
 pub mod handlers;
+pub mod image_gc;
 pub mod images;
 pub mod pleg;
 pub mod prober;

@@ -29,8 +29,8 @@ pub fn event(r: &Record, node: &str) -> Event {
         },
         involved_object: ObjectReference {
             api_version: Some("v1".into()),
-            kind: Some("Pod".into()),
-            namespace: Some(r.namespace.clone()),
+            kind: Some(r.kind.into()),
+            namespace: (r.kind == "Pod").then(|| r.namespace.clone()),
             name: Some(r.name.clone()),
             uid: Some(r.uid.clone()),
             field_path: r.field_path.clone(),
@@ -137,6 +137,7 @@ mod tests {
     #[test]
     fn events_are_named_and_sourced_like_the_kubelet() {
         let r = Record {
+            kind: "Pod",
             namespace: "ns".into(),
             name: "web".into(),
             uid: "u".into(),

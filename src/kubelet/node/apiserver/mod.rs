@@ -23,10 +23,8 @@ pub use crate::kubelet::kit::api_error::{code, describe};
 use crate::kubelet::kit::recorder::Record;
 use crate::kubelet::kit::runtime::Cri;
 use crate::kubelet::kit::settings::Settings;
-use crate::kubelet::managers::pleg::Health;
 use crate::kubelet::pods::sources::SourceSnapshot;
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
@@ -36,7 +34,7 @@ pub fn start(
     client: kube::Client,
     settings: &Settings,
     cri: Cri,
-    pleg: Arc<Health>,
+    managers: node::Managers,
     snapshots: mpsc::Sender<SourceSnapshot>,
     statuses: mpsc::UnboundedReceiver<status_sync::Msg>,
     events: mpsc::UnboundedReceiver<Record>,
@@ -54,7 +52,7 @@ pub fn start(
             settings.clone(),
             node_ip,
             cri,
-            pleg,
+            managers,
             uid_tx,
         )),
         tokio::spawn(pods::run(

@@ -13,8 +13,10 @@
 //! again.
 
 use super::{Reporter, Retry};
+use crate::kubelet::kit::node_config::Capacity;
 use crate::kubelet::kit::runtime::Cri;
 use crate::kubelet::kit::settings::Settings;
+use crate::kubelet::managers::eviction::EvictionManager;
 use crate::kubelet::managers::pleg::Health;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{
@@ -24,7 +26,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference, Time};
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -33,59 +35,20 @@ use tokio::sync::watch;
 pub const KUBELET_VERSION: &str = concat!("v1.28.0-husk.", env!("CARGO_PKG_VERSION"));
 
 const LEASE_NAMESPACE: &str = "kube-node-lease";
-const MEMORY_EVICTION: i64 = 100 << 20;
-
-/// What is read off the host for one status.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Host {
-    pub cpus: i64,
-    pub memory: i64,
-    pub memory_available: i64,
-    pub disk: i64,
-    pub disk_available: i64,
-    pub pids_max: i64,
-    pub pids: i64,
-}
-
-impl Host {
-    pub fn read(root: &std::path::Path) -> Host {
-        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-        let kb = |key: &str| crate::kubelet::kit::settings::meminfo_bytes(&meminfo, key);
-        let (disk, disk_available) = rustix::fs::statvfs(root)
-            .map(|s| {
-                (
-                    (s.f_blocks * s.f_frsize) as i64,
-                    (s.f_bavail * s.f_frsize) as i64,
-                )
-            })
-            .unwrap_or((0, 0));
-        let pids = std::fs::read_dir("/proc")
-            .map(|d| {
-                d.flatten()
-                    .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
-                    .count() as i64
-            })
-            .unwrap_or(0);
-        Host {
-            cpus: std::thread::available_parallelism()
-                .map(|n| n.get() as i64)
-                .unwrap_or(1),
-            memory: kb("MemTotal:"),
-            memory_available: kb("MemAvailable:"),
-            disk,
-            disk_available,
-            pids_max: read_trim("/proc/sys/kernel/pid_max")
-                .parse()
-                .unwrap_or(32768),
-            pids,
-        }
-    }
-}
 
 fn read_trim(path: &str) -> String {
     std::fs::read_to_string(path)
         .map(|s| s.trim().to_string())
         .unwrap_or_default()
+}
+
+/// Millicores as the API prints them: "2", "1500m".
+fn milli(m: i64) -> Quantity {
+    if m % 1000 == 0 {
+        Quantity((m / 1000).to_string())
+    } else {
+        Quantity(format!("{m}m"))
+    }
 }
 
 fn ki(bytes: i64) -> Quantity {
@@ -159,25 +122,37 @@ pub struct Inputs<'a> {
     pub settings: &'a Settings,
     pub node_ip: &'a str,
     pub runtime_version: &'a str,
-    pub host: &'a Host,
+    pub host: &'a Capacity,
     pub not_ready: Option<&'a [String]>,
     pub pleg_healthy: bool,
+    /// The pressure conditions the eviction manager has on.
+    pub pressure: &'a HashSet<&'static str>,
+}
+
+/// What the node status reads off the kubelet's managers.
+#[derive(Clone)]
+pub struct Managers {
+    pub pleg: Arc<Health>,
+    pub eviction: Arc<EvictionManager>,
 }
 
 pub fn status(i: &Inputs, prev: Option<&NodeStatus>) -> NodeStatus {
     let now = crate::kubelet::kit::defaults::now();
     let h = i.host;
     let mut capacity = BTreeMap::new();
-    capacity.insert("cpu".to_string(), Quantity(h.cpus.to_string()));
+    capacity.insert("cpu".to_string(), milli(h.cpu_milli));
     capacity.insert("memory".to_string(), ki(h.memory));
     capacity.insert(
         "pods".to_string(),
         Quantity(i.settings.max_pods.to_string()),
     );
-    capacity.insert("ephemeral-storage".to_string(), ki(h.disk));
+    capacity.insert("ephemeral-storage".to_string(), ki(h.ephemeral_storage));
+    let reserved = i.settings.kube_reserved.plus(&i.settings.system_reserved);
+    let alloc = h.allocatable(&reserved, &i.settings.eviction.hard);
     let mut allocatable = capacity.clone();
-    allocatable.insert("memory".into(), ki(h.memory - MEMORY_EVICTION));
-    allocatable.insert("ephemeral-storage".into(), ki(h.disk - h.disk / 10));
+    allocatable.insert("cpu".into(), milli(alloc.cpu_milli));
+    allocatable.insert("memory".into(), ki(alloc.memory));
+    allocatable.insert("ephemeral-storage".into(), ki(alloc.ephemeral_storage));
     let (ready, message) = match i.not_ready {
         None => (false, "container runtime is down".to_string()),
         Some([]) if i.pleg_healthy => (true, "kubelet is posting ready status".to_string()),
@@ -187,9 +162,9 @@ pub fn status(i: &Inputs, prev: Option<&NodeStatus>) -> NodeStatus {
             format!("container runtime not ready: {}", why.join("; ")),
         ),
     };
-    let memory_pressure = h.memory_available < MEMORY_EVICTION;
-    let disk_pressure = h.disk > 0 && h.disk_available < h.disk / 10;
-    let pid_pressure = h.pids_max > 0 && h.pids > h.pids_max * 9 / 10;
+    let memory_pressure = i.pressure.contains("MemoryPressure");
+    let disk_pressure = i.pressure.contains("DiskPressure");
+    let pid_pressure = i.pressure.contains("PIDPressure");
     let pressure = |kind: &str, on: bool| {
         let (reason, message) = match (kind, on) {
             ("MemoryPressure", true) => (
@@ -362,7 +337,7 @@ pub async fn run(
     settings: Settings,
     node_ip: String,
     cri: Cri,
-    pleg: Arc<Health>,
+    managers: Managers,
     uid_tx: watch::Sender<Option<String>>,
 ) {
     let nodes: Api<Node> = Api::all(client.clone());
@@ -400,14 +375,16 @@ pub async fn run(
             Err(e) => lease_rep.failed(&super::describe(&e)),
         }
         let not_ready = cri.not_ready().await.ok();
-        let host = Host::read(&settings.root);
+        let host = Capacity::read(&settings.root);
+        let pressure = managers.eviction.conditions();
         let inputs = Inputs {
             settings: &settings,
             node_ip: &node_ip,
             runtime_version: &runtime_version,
             host: &host,
             not_ready: not_ready.as_deref(),
-            pleg_healthy: pleg.healthy(),
+            pleg_healthy: managers.pleg.healthy(),
+            pressure: &pressure,
         };
         let st = status(&inputs, reported.as_ref().map(|r| &r.0));
         let due = reported.as_ref().is_none_or(|(prev, at)| {
@@ -456,15 +433,12 @@ pub async fn run(
 mod tests {
     use super::*;
 
-    fn host() -> Host {
-        Host {
-            cpus: 2,
+    fn host() -> Capacity {
+        Capacity {
+            cpu_milli: 2000,
             memory: 4 << 30,
-            memory_available: 2 << 30,
-            disk: 100 << 30,
-            disk_available: 50 << 30,
-            pids_max: 1000,
-            pids: 10,
+            ephemeral_storage: 100 << 30,
+            pids: 1000,
         }
     }
 
@@ -489,6 +463,7 @@ mod tests {
             host: &h,
             not_ready: Some(&ok),
             pleg_healthy: true,
+            pressure: &HashSet::new(),
         };
         let st = status(&i, None);
         let cap = st.capacity.as_ref().unwrap();
@@ -517,9 +492,7 @@ mod tests {
     #[test]
     fn not_ready_and_pressure_and_transition_times() {
         let s = Settings::new("unix:///x");
-        let mut h = host();
-        h.memory_available = 10 << 20;
-        h.disk_available = 1 << 30;
+        let h = host();
         let bad = vec!["NetworkReady=false reason:NoCNI message:none".to_string()];
         let i = Inputs {
             settings: &s,
@@ -528,6 +501,7 @@ mod tests {
             host: &h,
             not_ready: Some(&bad),
             pleg_healthy: true,
+            pressure: &HashSet::from(["MemoryPressure", "DiskPressure"]),
         };
         let st = status(&i, None);
         assert_eq!(cond(&st, "Ready").status, "False");

@@ -1,0 +1,277 @@
+//! The eviction manager, as the kubelet's: every monitoring period it
+//! observes the signals (`signals`), and
+//!
+//! 1. notes every threshold met — hard ones at once, soft ones once met
+//!    for their grace period — and keeps the node conditions
+//!    (MemoryPressure, DiskPressure, PIDPressure) on while a threshold of
+//!    theirs was met within the pressure transition period;
+//! 2. for a met disk threshold, first reclaims node-level resources: the
+//!    image GC frees unused images, and if that is enough nobody goes;
+//! 3. otherwise ranks the active pods for the starved resource (`rank`)
+//!    and evicts the first: a `Warning Evicted` event, and the pod is
+//!    stopped (grace 0 for a hard threshold, at most
+//!    `--eviction-max-pod-grace-period` for a soft one) and left `Failed`
+//!    with reason `Evicted` and the kubelet's message. One pod per round.
+//!
+//! The pod workers act on [`EvictionManager::evicted`]; the node status
+//! reads [`EvictionManager::conditions`].
+
+pub mod rank;
+pub mod signals;
+
+use super::image_gc::ImageGc;
+use crate::kubelet::kit::defaults;
+use crate::kubelet::kit::node_config::{Eviction, Signal, Threshold};
+use crate::kubelet::kit::recorder::{Recorder, WARNING};
+use crate::kubelet::kit::runtime::Cri;
+use k8s_openapi::api::core::v1::Pod;
+use rank::Candidate;
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// Why and how a pod is being evicted.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Evicted {
+    pub message: String,
+    /// The grace period its containers get.
+    pub grace: i64,
+}
+
+#[derive(Default)]
+struct State {
+    /// Soft thresholds met, since when.
+    soft_since: HashMap<Signal, Instant>,
+    /// Each condition's last threshold met.
+    last_met: HashMap<&'static str, Instant>,
+    evicted: HashMap<String, Evicted>,
+}
+
+pub struct EvictionManager {
+    cri: Cri,
+    cfg: Eviction,
+    root: PathBuf,
+    image_gc: Arc<ImageGc>,
+    events: Recorder,
+    node: String,
+    state: Mutex<State>,
+}
+
+/// A threshold met now: available, the threshold's amount, and whether
+/// it is a hard one.
+struct Met<'a> {
+    t: &'a Threshold,
+    available: i64,
+    amount: i64,
+    hard: bool,
+}
+
+impl EvictionManager {
+    pub fn new(
+        cri: Cri,
+        cfg: Eviction,
+        root: PathBuf,
+        image_gc: Arc<ImageGc>,
+        events: Recorder,
+        node: &str,
+    ) -> EvictionManager {
+        EvictionManager {
+            cri,
+            cfg,
+            root,
+            image_gc,
+            events,
+            node: node.into(),
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn period(&self) -> std::time::Duration {
+        self.cfg.period
+    }
+
+    /// The pressure conditions that are on.
+    pub fn conditions(&self) -> HashSet<&'static str> {
+        let st = self.lock();
+        st.last_met
+            .iter()
+            .filter(|(_, t)| t.elapsed() < self.cfg.transition)
+            .map(|(c, _)| *c)
+            .collect()
+    }
+
+    /// The pod's eviction, if it was evicted.
+    pub fn evicted(&self, uid: &str) -> Option<Evicted> {
+        self.lock().evicted.get(uid).cloned()
+    }
+
+    /// The pod is gone: its eviction is forgotten.
+    pub fn forget(&self, uid: &str) {
+        self.lock().evicted.remove(uid);
+    }
+
+    async fn observe(&self) -> signals::Observations {
+        let image = self
+            .cri
+            .image_fs()
+            .await
+            .ok()
+            .flatten()
+            .map(|f| f.mountpoint);
+        let root = self.root.clone();
+        tokio::task::spawn_blocking(move || signals::observe(&root, image.as_deref()))
+            .await
+            .unwrap_or_default()
+    }
+
+    /// Thresholds met now (soft ones past their grace period), noting
+    /// pressure for the conditions.
+    fn met<'a>(&'a self, obs: &signals::Observations) -> Vec<Met<'a>> {
+        let now = Instant::now();
+        let mut st = self.lock();
+        let mut out = Vec::new();
+        for t in &self.cfg.hard {
+            if let Some((available, amount)) = signals::met(t, obs) {
+                st.last_met.insert(t.signal.condition(), now);
+                out.push(Met {
+                    t,
+                    available,
+                    amount,
+                    hard: true,
+                });
+            }
+        }
+        for t in &self.cfg.soft {
+            match signals::met(t, obs) {
+                Some((available, amount)) => {
+                    st.last_met.insert(t.signal.condition(), now);
+                    let since = *st.soft_since.entry(t.signal).or_insert(now);
+                    if now.duration_since(since) >= t.grace.unwrap_or_default() {
+                        out.push(Met {
+                            t,
+                            available,
+                            amount,
+                            hard: false,
+                        });
+                    }
+                }
+                None => {
+                    st.soft_since.remove(&t.signal);
+                }
+            }
+        }
+        // Memory first, then the file systems, then PIDs; hard before soft.
+        out.sort_by_key(|m| (m.t.signal, !m.hard));
+        out
+    }
+
+    /// One round; returns the pod evicted, if any. `pods` are the
+    /// active pods (not terminal, not already evicted).
+    pub async fn synchronize(&self, pods: Vec<Arc<Pod>>) -> Option<Arc<Pod>> {
+        let obs = self.observe().await;
+        let met = self.met(&obs);
+        let top = met.first()?;
+        let signal = top.t.signal;
+        tracing::warn!(
+            signal = signal.name(),
+            available = top.available,
+            threshold = top.amount,
+            "eviction threshold met"
+        );
+        self.events.node(
+            &self.node,
+            WARNING,
+            "EvictionThresholdMet",
+            &format!("Attempting to reclaim {}", signal.resource()),
+        );
+        if matches!(
+            signal,
+            Signal::NodeFsAvailable
+                | Signal::ImageFsAvailable
+                | Signal::NodeFsInodesFree
+                | Signal::ImageFsInodesFree
+        ) {
+            let want = (top.amount - top.available).max(1) as u64;
+            match self.image_gc.free(want).await {
+                Ok(f) => tracing::info!(
+                    freed = f.bytes,
+                    images = f.removed.len(),
+                    "eviction reclaimed images"
+                ),
+                Err(e) => tracing::warn!(error = %e, "eviction could not reclaim images"),
+            }
+            let obs = self.observe().await;
+            if signals::met(top.t, &obs).is_none() {
+                tracing::info!(
+                    signal = signal.name(),
+                    "reclaiming images relieved the pressure"
+                );
+                return None;
+            }
+        }
+        let usage = self.usage(signal).await;
+        let mut candidates: Vec<Candidate> = pods
+            .into_iter()
+            .map(|pod| {
+                let usage = usage.get(defaults::uid(&pod)).copied().unwrap_or(0);
+                Candidate { pod, usage }
+            })
+            .collect();
+        rank::rank(signal, &mut candidates);
+        let victim = candidates.into_iter().next()?;
+        let pod = victim.pod;
+        let message = message(signal, top.amount, top.available, victim.usage, &pod);
+        let grace = if top.hard {
+            0
+        } else {
+            self.cfg.max_pod_grace.min(defaults::grace_period(&pod))
+        };
+        tracing::warn!(pod = %defaults::full_name(&pod), signal = signal.name(), grace, %message, "evicting pod");
+        self.events.pod(&pod, WARNING, "Evicted", &message);
+        self.lock()
+            .evicted
+            .insert(defaults::uid(&pod).to_string(), Evicted { message, grace });
+        Some(pod)
+    }
+
+    /// Each pod's usage of the starved resource (by UID).
+    async fn usage(&self, signal: Signal) -> HashMap<String, i64> {
+        let mut out = HashMap::new();
+        let Ok(stats) = self.cri.container_usage().await else {
+            return out;
+        };
+        for s in stats {
+            let v = match signal {
+                Signal::MemoryAvailable => s.working_set as i64,
+                Signal::PidAvailable => 0,
+                _ => s.writable_layer as i64,
+            };
+            *out.entry(s.pod_uid).or_insert(0) += v;
+        }
+        out
+    }
+}
+
+/// The kubelet's eviction message.
+fn message(signal: Signal, amount: i64, available: i64, usage: i64, pod: &Pod) -> String {
+    let mut m = format!(
+        "The node was low on resource: {}. Threshold quantity: {}, available: {}.",
+        signal.resource(),
+        signals::quantity(signal, amount),
+        signals::quantity(signal, available)
+    );
+    if matches!(signal, Signal::MemoryAvailable) && usage > 0 {
+        m.push_str(&format!(
+            " Pod {} was using {}, request is {}.",
+            defaults::name(pod),
+            signals::quantity(signal, usage),
+            signals::quantity(signal, rank::requests(pod, signal))
+        ));
+    }
+    m
+}
