@@ -196,6 +196,10 @@ pub async fn run(
             snap_tx.clone(),
         )));
     }
+    tasks.push(tokio::spawn(managers::oom::watch(
+        ctx.recorder.clone(),
+        settings.node_name.clone(),
+    )));
     tasks.push(tokio::spawn(pleg::run(
         cri.clone(),
         settings.node_name.clone(),

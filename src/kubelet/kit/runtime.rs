@@ -178,14 +178,18 @@ impl Cri {
             })
     }
 
-    pub async fn run_sandbox(&self, config: PodSandboxConfig) -> CriResult<String> {
+    pub async fn run_sandbox(
+        &self,
+        config: PodSandboxConfig,
+        runtime_handler: &str,
+    ) -> CriResult<String> {
         let r = self
             .rt
             .clone()
             .run_pod_sandbox(with_timeout(
                 tonic::Request::new(RunPodSandboxRequest {
                     config: Some(config),
-                    runtime_handler: String::new(),
+                    runtime_handler: runtime_handler.into(),
                 }),
                 Duration::from_secs(240),
             ))

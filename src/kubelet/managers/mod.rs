@@ -10,6 +10,7 @@ pub mod eviction;
 pub mod handlers;
 pub mod image_gc;
 pub mod images;
+pub mod oom;
 pub mod pleg;
 pub mod prober;
 pub mod reasons;

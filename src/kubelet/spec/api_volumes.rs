@@ -94,7 +94,7 @@ impl Objects {
         }
     }
 
-    fn client(&self, what: &str) -> Result<kube::Client, String> {
+    pub(super) fn client(&self, what: &str) -> Result<kube::Client, String> {
         self.client.clone().ok_or_else(|| {
             format!("{what} needs an API server: run husk kubelet with --kubeconfig")
         })

@@ -10,6 +10,7 @@ pub mod atomic_writer;
 pub mod container_config;
 pub mod env;
 pub mod pull_secrets;
+pub mod runtime_class;
 pub mod sandbox_config;
 pub mod service_env;
 pub mod volumes;
