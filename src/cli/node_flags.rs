@@ -57,6 +57,10 @@ pub struct NodeFlags {
     /// Images unused for less than this are never collected.
     #[arg(long, value_parser = parse_duration, default_value = "2m")]
     pub minimum_image_ttl_duration: Duration,
+    /// The runtime's sandbox image, which image GC never removes (runtimes
+    /// that pin it, as husk serve does, need not be told).
+    #[arg(long)]
+    pub pod_infra_container_image: Option<String>,
     /// How often image GC runs (the kubelet's is 5m).
     #[arg(long, hide = true, value_parser = parse_duration, default_value = "5m")]
     pub image_gc_period: Duration,
@@ -94,6 +98,7 @@ impl NodeFlags {
         s.image_gc.low = self.image_gc_low_threshold;
         s.image_gc.min_age = self.minimum_image_ttl_duration;
         s.image_gc.period = self.image_gc_period.max(Duration::from_millis(100));
+        s.image_gc.sandbox_image = self.pod_infra_container_image.clone();
         s.image_gc.check()
     }
 }

@@ -215,6 +215,8 @@ pub(super) fn kind_of(resource: &str) -> (&'static str, &'static str) {
         "services" => ("Service", "v1"),
         "serviceaccounts" => ("ServiceAccount", "v1"),
         "leases" => ("Lease", "coordination.k8s.io/v1"),
+        "runtimeclasses" => ("RuntimeClass", "node.k8s.io/v1"),
+        "certificatesigningrequests" => ("CertificateSigningRequest", "certificates.k8s.io/v1"),
         _ => ("Object", "v1"),
     }
 }

@@ -36,7 +36,12 @@ impl Drop for Env {
 }
 
 pub async fn env_with(token: &str, extra: Vec<String>) -> Env {
-    let p = pod::setup(vec![]).await;
+    env_full(token, vec![], extra).await
+}
+
+/// `env_with`, with flags for husk serve too.
+pub async fn env_full(token: &str, husk_args: Vec<String>, extra: Vec<String>) -> Env {
+    let p = pod::setup_with(vec![], "/usr/lib/cni", husk_args).await;
     let pusher = Pusher::new(&p.reg);
     let img = Image::new(vec![Layer::new(&busybox_entries(), Compression::Gzip)]);
     pusher.image("test/busybox", "1", &img, Format::Oci).await;

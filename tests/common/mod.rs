@@ -217,3 +217,67 @@ impl tokio::io::AsyncWrite for Buf {
         std::task::Poll::Ready(Ok(()))
     }
 }
+
+/// A tmpfs of `size` mounted on a fresh directory (a small file system a
+/// test can fill), unmounted on drop.
+pub struct Tmpfs {
+    pub dir: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    pub fn new(size: &str) -> Tmpfs {
+        let dir = tempfile::Builder::new()
+            .prefix("husk-tmpfs-")
+            .tempdir()
+            .unwrap();
+        std::fs::set_permissions(
+            dir.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "mount tmpfs on {}", dir.path().display());
+        Tmpfs { dir }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// (capacity, available) in bytes.
+    pub fn space(&self) -> (u64, u64) {
+        let s = rustix::fs::statvfs(self.path()).unwrap();
+        (s.f_blocks * s.f_frsize, s.f_bavail * s.f_frsize)
+    }
+
+    /// Writes `bytes` into a file named `name`.
+    pub fn fill(&self, name: &str, bytes: u64) {
+        let f = std::fs::File::create(self.path().join(name)).unwrap();
+        let mut w = std::io::BufWriter::new(f);
+        let chunk = vec![7u8; 1 << 20];
+        let mut left = bytes;
+        while left > 0 {
+            let n = left.min(chunk.len() as u64) as usize;
+            std::io::Write::write_all(&mut w, &chunk[..n]).unwrap();
+            left -= n as u64;
+        }
+        std::io::Write::flush(&mut w).unwrap();
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        // Whatever is still mounted inside (overlays of a runtime's root)
+        // goes with it.
+        let _ = std::process::Command::new("umount")
+            .arg("-R")
+            .arg("-l")
+            .arg(self.dir.path())
+            .status();
+    }
+}

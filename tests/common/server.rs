@@ -58,10 +58,12 @@ impl Husk {
         let mut c = Command::new(env!("CARGO_BIN_EXE_husk"));
         c.arg("serve")
             .arg("--config")
-            .arg(self.dir.path().join("none.toml"))
-            .arg("--root")
-            .arg(self.root())
-            .arg("--state")
+            .arg(self.dir.path().join("none.toml"));
+        // A test may put the root elsewhere (a small tmpfs of its own).
+        if !self.extra.iter().any(|a| a == "--root") {
+            c.arg("--root").arg(self.root());
+        }
+        c.arg("--state")
             .arg(self.dir.path().join("run"))
             .arg("--listen")
             .arg(self.socket())

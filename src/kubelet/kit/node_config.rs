@@ -292,6 +292,9 @@ pub struct ImageGc {
     /// Images seen for less than this are kept.
     pub min_age: Duration,
     pub period: Duration,
+    /// The runtime's sandbox image (`--pod-infra-container-image`): always
+    /// in use, as the kubelet counts it.
+    pub sandbox_image: Option<String>,
 }
 
 impl Default for ImageGc {
@@ -301,6 +304,7 @@ impl Default for ImageGc {
             low: 80,
             min_age: Duration::from_secs(120),
             period: Duration::from_secs(300),
+            sandbox_image: None,
         }
     }
 }

@@ -244,7 +244,11 @@ pub async fn sync_pod(ctx: &Ctx, pod: &Pod) -> Option<Duration> {
         let cfg = sandbox_config::build(&ctx.settings, pod, actions.attempt);
         tracing::info!(pod = %defaults::full_name(pod), attempt = actions.attempt, "creating sandbox");
         let made = match crate::kubelet::spec::runtime_class::handler(&ctx.objects, pod).await {
-            Ok(h) => ctx.cri.run_sandbox(cfg.clone(), &h).await.map_err(|e| e.to_string()),
+            Ok(h) => ctx
+                .cri
+                .run_sandbox(cfg.clone(), &h)
+                .await
+                .map_err(|e| e.to_string()),
             Err(e) => Err(e),
         };
         let id = match made {

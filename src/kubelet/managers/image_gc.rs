@@ -6,7 +6,8 @@
 //! 100 / capacity) reaches `--image-gc-high-threshold`, images are removed
 //! until usage is back at `--image-gc-low-threshold`: unused ones only,
 //! least recently used first, never a pinned one or one first seen less
-//! than `--minimum-image-ttl-duration` ago. When not enough can be freed,
+//! than `--minimum-image-ttl-duration` ago, nor the sandbox image
+//! (`--pod-infra-container-image`). When not enough can be freed,
 //! a `FreeDiskSpaceFailed` warning is recorded on the node. The eviction
 //! manager frees images the same way before it evicts a pod for disk.
 
@@ -71,6 +72,7 @@ impl ImageGc {
             .await
             .map_err(|e| e.to_string())?;
         let mut used = HashSet::new();
+        used.extend(self.policy.sandbox_image.clone());
         for c in cs {
             used.insert(c.image_ref);
             if let Some(i) = c.image {

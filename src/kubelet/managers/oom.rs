@@ -152,7 +152,10 @@ mod tests {
     #[test]
     fn kernel_lines_become_kills() {
         let mut p = Parser::default();
-        assert_eq!(p.feed("6,1234,5678,-;memory: usage 32768kB, limit 32768kB, failcnt 9"), None);
+        assert_eq!(
+            p.feed("6,1234,5678,-;memory: usage 32768kB, limit 32768kB, failcnt 9"),
+            None
+        );
         assert_eq!(p.feed("6,1235,5679,-;oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=x,mems_allowed=0,oom_memcg=/kubepods/podu/c,task_memcg=/kubepods/podu/c,task=sh,pid=4242,uid=0"), None);
         let k = p
             .feed("3,1236,5680,-;Memory cgroup out of memory: Killed process 4242 (sh) total-vm:4400kB, anon-rss:32000kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:60kB oom_score_adj:1000")
@@ -164,7 +167,10 @@ mod tests {
         let sys = p
             .feed("3,9,9,-;Out of memory: Killed process 77 (hog) total-vm:1kB, anon-rss:1kB")
             .unwrap();
-        assert_eq!((sys.pid, sys.task.as_str(), sys.constraint.as_str()), (77, "hog", "CONSTRAINT_NONE"));
+        assert_eq!(
+            (sys.pid, sys.task.as_str(), sys.constraint.as_str()),
+            (77, "hog", "CONSTRAINT_NONE")
+        );
     }
 
     #[test]
@@ -180,10 +186,16 @@ mod tests {
         };
         record(&r, "n1", &k);
         let a = rx.try_recv().unwrap();
-        assert_eq!((a.kind, a.reason.as_str(), a.name.as_str()), ("Node", "OOMKilling", "n1"));
+        assert_eq!(
+            (a.kind, a.reason.as_str(), a.name.as_str()),
+            ("Node", "OOMKilling", "n1")
+        );
         let b = rx.try_recv().unwrap();
         assert_eq!(b.reason, "SystemOOM");
-        assert_eq!(b.message, "System OOM encountered, victim process: hog, pid: 77");
+        assert_eq!(
+            b.message,
+            "System OOM encountered, victim process: hog, pid: 77"
+        );
         assert!(rx.try_recv().is_err());
     }
 }

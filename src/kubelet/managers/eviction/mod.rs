@@ -46,7 +46,12 @@ struct State {
     /// Each condition's last threshold met.
     last_met: HashMap<&'static str, Instant>,
     evicted: HashMap<String, Evicted>,
+    /// The last pod evicted, and when: no other goes until it is cleaned
+    /// up (or 30 s have passed), as the kubelet waits for it.
+    cleanup: Option<(String, Instant)>,
 }
+
+const CLEANUP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 pub struct EvictionManager {
     cri: Cri,
@@ -176,6 +181,9 @@ impl EvictionManager {
         let obs = self.observe().await;
         let met = self.met(&obs);
         let top = met.first()?;
+        if !self.cleaned_up().await {
+            return None;
+        }
         let signal = top.t.signal;
         tracing::warn!(
             signal = signal.name(),
@@ -233,10 +241,28 @@ impl EvictionManager {
         };
         tracing::warn!(pod = %defaults::full_name(&pod), signal = signal.name(), grace, %message, "evicting pod");
         self.events.pod(&pod, WARNING, "Evicted", &message);
-        self.lock()
-            .evicted
-            .insert(defaults::uid(&pod).to_string(), Evicted { message, grace });
+        let uid = defaults::uid(&pod).to_string();
+        let mut st = self.lock();
+        st.evicted.insert(uid.clone(), Evicted { message, grace });
+        st.cleanup = Some((uid, Instant::now()));
         Some(pod)
+    }
+
+    /// Whether the last evicted pod has stopped (or its time is up).
+    async fn cleaned_up(&self) -> bool {
+        let Some((uid, at)) = self.lock().cleanup.clone() else {
+            return true;
+        };
+        let gone = match self.cri.pod(&self.node, &uid).await {
+            Ok(rt) => rt.running().next().is_none() && !rt.sandboxes.iter().any(|s| s.ready),
+            Err(_) => false,
+        };
+        if gone || at.elapsed() >= CLEANUP_TIMEOUT {
+            self.lock().cleanup = None;
+            return true;
+        }
+        tracing::debug!(pod_uid = %uid, "waiting for the evicted pod to stop");
+        false
     }
 
     /// Each pod's usage of the starved resource (by UID).

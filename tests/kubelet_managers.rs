@@ -1,0 +1,652 @@
+//! The node managers of `husk kubelet`, joined to the stand-in API server
+//! over a real `husk serve`: the pod and QoS cgroups and node allocatable
+//! (the pod cgroup bounds its containers together), the refusals of bad
+//! settings before anything is made, image GC and eviction on an image
+//! file system (a tmpfs the test fills), the OOM watcher's events, and
+//! RuntimeClass.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::cluster::*;
+use common::kubelet::tail;
+use common::{require_root, Tmpfs};
+use husk::api::cri::*;
+use husk::cgroup::Layout;
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+const PODS: &str = "/api/v1/namespaces/default/pods";
+
+fn pod(env: &Env, name: &str, spec: Value) -> Value {
+    let mut spec = spec;
+    spec["nodeName"] = json!(env.k.node);
+    spec["terminationGracePeriodSeconds"] = json!(1);
+    env.api
+        .s
+        .create(PODS, json!({"metadata": {"name": name}, "spec": spec}))
+}
+
+fn uid(v: &Value) -> String {
+    v["metadata"]["uid"].as_str().unwrap().to_string()
+}
+
+fn sleeper(env: &Env, name: &str, resources: Value) -> Value {
+    json!({"name": name, "image": env.image, "command": ["/bin/sleep", "3600"], "resources": resources})
+}
+
+/// A cgroup file of `path` (`v1` file name on v1, `v2` on v2).
+fn cg(path: &str, controller: &str, v1: &str, v2: &str) -> Option<String> {
+    let l = Layout::host();
+    let file = if l.is_v2() { v2 } else { v1 };
+    let dir = l.dir(controller, path)?;
+    std::fs::read_to_string(dir.join(file))
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
+/// OOM kills in the memory cgroup at `path` and below (v1 counts them
+/// where the victim was; v2's `memory.events` counts the subtree).
+fn oom_kills_under(path: &str) -> u64 {
+    let l = Layout::host();
+    if l.is_v2() {
+        return husk::cgroup::oom_kills(l, path).unwrap_or(0);
+    }
+    fn walk(dir: &std::path::Path) -> u64 {
+        let own = std::fs::read_to_string(dir.join("memory.oom_control"))
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("oom_kill ")
+                    .and_then(|v| v.trim().parse().ok())
+            })
+            .unwrap_or(0);
+        own + std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.path().is_dir())
+            .map(|e| walk(&e.path()))
+            .sum::<u64>()
+    }
+    l.dir("memory", path).map(|d| walk(&d)).unwrap_or(0)
+}
+
+fn memory_limit(path: &str) -> Option<String> {
+    cg(path, "memory", "memory.limit_in_bytes", "memory.max")
+}
+
+fn node_events(env: &Env, reason: &str) -> Vec<Value> {
+    env.api
+        .s
+        .list("events")
+        .into_iter()
+        .filter(|e| e["involvedObject"]["kind"] == "Node" && e["reason"] == reason)
+        .collect()
+}
+
+async fn wait_until(what: &str, env: &Env, secs: u64, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !f() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}\nkubelet log:\n{}",
+            tail(&env.k.log(), 60)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn container_id(env: &Env, pod_uid: &str, name: &str) -> String {
+    let mut rt = env.p.h.runtime().await;
+    rt.list_containers(ListContainersRequest {
+        filter: Some(ContainerFilter {
+            label_selector: [
+                ("io.kubernetes.pod.uid".to_string(), pod_uid.to_string()),
+                ("io.kubernetes.container.name".to_string(), name.to_string()),
+            ]
+            .into(),
+            ..Default::default()
+        }),
+    })
+    .await
+    .unwrap()
+    .into_inner()
+    .containers
+    .into_iter()
+    .find(|c| c.state == ContainerState::ContainerRunning as i32)
+    .unwrap()
+    .id
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pod_cgroups_bound_the_pods_containers_together() {
+    if !require_root() {
+        return;
+    }
+    let env = env().await;
+    let root = format!("/{}", env.k.cgroup_root);
+    let lim = json!({"limits": {"cpu": "100m", "memory": "32Mi"}});
+    let g = pod(
+        &env,
+        "bounded",
+        json!({"containers": [sleeper(&env, "a", lim.clone()), sleeper(&env, "b", lim)]}),
+    );
+    let b = pod(
+        &env,
+        "burst",
+        json!({"containers": [sleeper(&env, "c", json!({"requests": {"cpu": "250m"}}))]}),
+    );
+    env.running_and_ready("bounded").await;
+    env.running_and_ready("burst").await;
+    let gpath = format!("{root}/pod{}", uid(&g));
+    let bpath = format!("{root}/burstable/pod{}", uid(&b));
+    // Guaranteed: the sum of its containers' limits, under kubepods.
+    assert_eq!(memory_limit(&gpath).as_deref(), Some("67108864"));
+    if Layout::host().is_v2() {
+        assert_eq!(
+            cg(&gpath, "cpu", "", "cpu.max").as_deref(),
+            Some("20000 100000")
+        );
+    } else {
+        assert_eq!(
+            cg(&gpath, "cpu", "cpu.cfs_quota_us", "").as_deref(),
+            Some("20000")
+        );
+        assert_eq!(cg(&gpath, "cpu", "cpu.shares", "").as_deref(), Some("204"));
+        assert_eq!(cg(&bpath, "cpu", "cpu.shares", "").as_deref(), Some("256"));
+        // burstable: its pods' requests; besteffort: the minimum.
+        assert_eq!(
+            cg(&format!("{root}/burstable"), "cpu", "cpu.shares", "").as_deref(),
+            Some("256")
+        );
+        assert_eq!(
+            cg(&format!("{root}/besteffort"), "cpu", "cpu.shares", "").as_deref(),
+            Some("2")
+        );
+    }
+    // Burstable without memory limits: no pod memory limit.
+    let unlimited = memory_limit(&bpath).unwrap();
+    assert!(
+        unlimited == "max" || unlimited.parse::<u64>().unwrap() > 1 << 60,
+        "{unlimited}"
+    );
+    // Container a's own limit raised past the pod's: a 100 MiB allocation
+    // in it is stopped by the pod cgroup (64 MiB for a and b together).
+    let a = container_id(&env, &uid(&g), "a").await;
+    let mut rt = env.p.h.runtime().await;
+    rt.update_container_resources(UpdateContainerResourcesRequest {
+        container_id: a.clone(),
+        linux: Some(LinuxContainerResources {
+            memory_limit_in_bytes: 256 << 20,
+            cpu_period: 100_000,
+            cpu_quota: 10_000,
+            cpu_shares: 102,
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let r = rt
+        .exec_sync(ExecSyncRequest {
+            container_id: a,
+            cmd: vec![
+                "sh".into(),
+                "-c".into(),
+                "dd if=/dev/zero of=/dev/null bs=100M count=1".into(),
+            ],
+            timeout: 60,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.exit_code, 137, "the hog was not killed: {r:?}");
+    assert!(
+        oom_kills_under(&gpath) >= 1,
+        "no OOM kill counted under the pod cgroup"
+    );
+    // Removed pods take their cgroups with them.
+    for name in ["bounded", "burst"] {
+        env.api.s.delete(&env.pod_path(name), Some(0));
+        env.wait_gone(&env.pod_path(name), 60).await;
+    }
+    for p in [&gpath, &bpath] {
+        wait_until("pod cgroups removed", &env, 30, || {
+            memory_limit(p).is_none()
+        })
+        .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn node_allocatable_bounds_kubepods() {
+    if !require_root() {
+        return;
+    }
+    let env = env_with(
+        TOKEN,
+        vec![
+            "--kube-reserved".into(),
+            "cpu=500m,memory=512Mi".into(),
+            "--system-reserved".into(),
+            "memory=512Mi".into(),
+        ],
+    )
+    .await;
+    let node = env
+        .wait(&env.node_path(), "node status", 60, |v| {
+            v["status"]["allocatable"]["memory"].is_string()
+        })
+        .await;
+    let ki = |q: &Value| -> i64 {
+        q.as_str()
+            .unwrap()
+            .trim_end_matches("Ki")
+            .parse::<i64>()
+            .unwrap()
+            * 1024
+    };
+    let cap = ki(&node["status"]["capacity"]["memory"]);
+    let alloc = ki(&node["status"]["allocatable"]["memory"]);
+    assert_eq!(alloc, cap - (1 << 30) - (100 << 20));
+    let cpus: i64 = node["status"]["capacity"]["cpu"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(
+        node["status"]["allocatable"]["cpu"],
+        json!(format!("{}m", cpus * 1000 - 500))
+    );
+    let limit: i64 = memory_limit(&format!("/{}", env.k.cgroup_root))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        (limit - (cap - (1 << 30))).abs() < 4096,
+        "kubepods {limit}, capacity {cap}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_settings_refuse_the_start_and_make_nothing() {
+    if !require_root() {
+        return;
+    }
+    let p = common::pod::setup(vec![]).await;
+    let cases: [(&[&str], &str); 7] = [
+        (
+            &["--eviction-hard", "memory.free<1Gi"],
+            "unknown eviction signal",
+        ),
+        (
+            &["--eviction-hard", "memory.available<lots"],
+            "memory.available<lots",
+        ),
+        (
+            &["--eviction-soft", "memory.available<1Gi"],
+            "no grace period",
+        ),
+        (
+            &[
+                "--image-gc-high-threshold",
+                "50",
+                "--image-gc-low-threshold",
+                "60",
+            ],
+            "is above --image-gc-high-threshold",
+        ),
+        (
+            &["--kube-reserved", "memory=100Ti"],
+            "larger than the node's capacity",
+        ),
+        (&["--kube-reserved", "gpu=1"], "cannot be reserved"),
+        (
+            &["--enforce-node-allocatable", "pods,kube-reserved"],
+            "needs --kube-reserved-cgroup",
+        ),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    for (flags, want) in cases {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_husk"))
+            .args(["kubelet", "--runtime-endpoint", &p.h.endpoint()])
+            .arg("--manifests")
+            .arg(dir.path())
+            .arg("--root")
+            .arg(dir.path().join("root"))
+            .args(["--cgroup-root", &format!("/{}", p.cgroup_parent)])
+            .args(flags)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{flags:?} started");
+        assert!(err.contains(want), "{flags:?}: {err}");
+        for h in ["memory", "cpu", ""] {
+            if let Some(d) = Layout::host().dir(h, &p.cgroup_parent) {
+                assert!(!d.exists(), "{flags:?} left {}", d.display());
+            }
+        }
+    }
+}
+
+async fn image_ref(env: &Env, image: &str) -> Option<String> {
+    env.p
+        .h
+        .images()
+        .await
+        .image_status(ImageStatusRequest {
+            image: Some(ImageSpec {
+                image: image.into(),
+                ..Default::default()
+            }),
+            verbose: false,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .image
+        .map(|i| i.id)
+}
+
+/// An image nobody uses, of `mb` MiB, pulled into husk serve.
+async fn unused_image(env: &Env, mb: usize) -> String {
+    use common::images::*;
+    let img = Image::new(vec![
+        Layer::new(&busybox_entries(), Compression::Gzip),
+        Layer::new(
+            &[Entry::File("blob".into(), random_bytes(mb << 20, 7), 0o644)],
+            Compression::None,
+        ),
+    ]);
+    Pusher::new(&env.p.reg)
+        .image("test/extra", "1", &img, Format::Oci)
+        .await;
+    let name = format!("{}/test/extra:1", env.p.reg.host());
+    env.p.h.pull(&name).await.unwrap();
+    name
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn image_gc_frees_unused_images_and_says_when_it_cannot() {
+    if !require_root() {
+        return;
+    }
+    let fs = Tmpfs::new("160m");
+    let env = env_full(
+        TOKEN,
+        vec![
+            "--root".into(),
+            fs.path().join("root").display().to_string(),
+        ],
+        vec![
+            "--eviction-hard".into(),
+            "".into(),
+            "--image-gc-high-threshold".into(),
+            "60".into(),
+            "--image-gc-low-threshold".into(),
+            "10".into(),
+            "--image-gc-period".into(),
+            "1s".into(),
+            "--minimum-image-ttl-duration".into(),
+            "0s".into(),
+        ],
+    )
+    .await;
+    pod(
+        &env,
+        "user",
+        json!({"containers": [sleeper(&env, "app", json!({}))]}),
+    );
+    env.running_and_ready("user").await;
+    let extra = unused_image(&env, 8).await;
+    assert!(image_ref(&env, &extra).await.is_some());
+    // Up to 70% used: over the high threshold, and more than the unused
+    // image can give back to reach the low one.
+    let (cap, avail) = fs.space();
+    fs.fill("fill", avail - cap * 3 / 10);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while image_ref(&env, &extra).await.is_some() {
+        assert!(
+            Instant::now() < deadline,
+            "unused image kept\n{}",
+            tail(&env.k.log(), 60)
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    wait_until("FreeDiskSpaceFailed", &env, 30, || {
+        !node_events(&env, "FreeDiskSpaceFailed").is_empty()
+    })
+    .await;
+    let ev = &node_events(&env, "FreeDiskSpaceFailed")[0];
+    assert_eq!(ev["type"], "Warning");
+    assert_eq!(ev["involvedObject"]["name"], json!(env.k.node));
+    assert!(ev["message"]
+        .as_str()
+        .unwrap()
+        .contains("Failed to garbage collect required amount of images"));
+    // The image in use and the pinned sandbox image stay.
+    assert!(
+        image_ref(&env, &env.image).await.is_some(),
+        "image in use collected"
+    );
+    let pause = format!("{}/k8s/pause:test", env.p.reg.host());
+    assert!(
+        image_ref(&env, &pause).await.is_some(),
+        "sandbox image collected"
+    );
+    assert_eq!(phase_of(&env, "user"), "Running");
+}
+
+fn phase_of(env: &Env, name: &str) -> String {
+    env.api
+        .s
+        .get(&env.pod_path(name))
+        .map(|v| v["status"]["phase"].as_str().unwrap_or("").to_string())
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn disk_pressure_frees_images_then_evicts_the_lowest_qos_pod() {
+    if !require_root() {
+        return;
+    }
+    let fs = Tmpfs::new("160m");
+    let env = env_full(
+        TOKEN,
+        vec![
+            "--root".into(),
+            fs.path().join("root").display().to_string(),
+        ],
+        vec![
+            "--eviction-hard".into(),
+            "imagefs.available<40%".into(),
+            "--eviction-monitoring-period".into(),
+            "1s".into(),
+            "--eviction-pressure-transition-period".into(),
+            "3s".into(),
+            "--image-gc-high-threshold".into(),
+            "100".into(),
+            "--minimum-image-ttl-duration".into(),
+            "0s".into(),
+        ],
+    )
+    .await;
+    let lim = json!({"limits": {"cpu": "100m", "memory": "32Mi"}});
+    let g = pod(
+        &env,
+        "guaranteed",
+        json!({"containers": [sleeper(&env, "app", lim)]}),
+    );
+    let be = pod(
+        &env,
+        "besteffort",
+        json!({"containers": [sleeper(&env, "app", json!({}))]}),
+    );
+    env.running_and_ready("guaranteed").await;
+    env.running_and_ready("besteffort").await;
+    let extra = unused_image(&env, 8).await;
+    let node = env.node_path();
+    assert_eq!(
+        cond_status(&env.api.s.get(&node).unwrap(), "DiskPressure"),
+        "False"
+    );
+    // 20% left: under the threshold, and freeing the image is not enough.
+    let (cap, avail) = fs.space();
+    fs.fill("fill", avail - cap / 5);
+    let mut first = None;
+    wait_until("a pod evicted", &env, 60, || {
+        first = ["besteffort", "guaranteed"]
+            .into_iter()
+            .find(|n| phase_of(&env, n) == "Failed");
+        first.is_some()
+    })
+    .await;
+    assert_eq!(first, Some("besteffort"), "the lowest QoS class goes first");
+    let v = env.api.s.get(&env.pod_path("besteffort")).unwrap();
+    assert_eq!(v["status"]["reason"], "Evicted");
+    let msg = v["status"]["message"].as_str().unwrap();
+    assert!(
+        msg.starts_with("The node was low on resource: ephemeral-storage."),
+        "{msg}"
+    );
+    assert!(env
+        .event_reasons(&uid(&be))
+        .contains(&"Evicted".to_string()));
+    let _ = g;
+    assert!(
+        image_ref(&env, &extra).await.is_none(),
+        "images are reclaimed before pods"
+    );
+    env.wait(&node, "DiskPressure", 30, |v| {
+        cond_status(v, "DiskPressure") == "True"
+    })
+    .await;
+    assert!(!node_events(&env, "EvictionThresholdMet").is_empty());
+    // Pressure gone: the condition clears after the transition period.
+    std::fs::remove_file(fs.path().join("fill")).unwrap();
+    env.wait(&node, "no DiskPressure", 30, |v| {
+        cond_status(v, "DiskPressure") == "False"
+    })
+    .await;
+    // The evicted pod's containers are stopped, not restarted.
+    let mut rt = env.p.h.runtime().await;
+    let running = rt
+        .list_containers(ListContainersRequest {
+            filter: Some(ContainerFilter {
+                label_selector: [("io.kubernetes.pod.uid".to_string(), uid(&be))].into(),
+                state: Some(ContainerStateValue {
+                    state: ContainerState::ContainerRunning as i32,
+                }),
+                ..Default::default()
+            }),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .containers;
+    assert!(running.is_empty(), "evicted pod still runs {running:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_oom_kill_is_a_node_event() {
+    if !require_root() {
+        return;
+    }
+    let env = env().await;
+    let hog = json!({"name": "hog", "image": env.image,
+        "command": ["sh", "-c", "dd if=/dev/zero of=/dev/null bs=64M count=1; sleep 3600"],
+        "resources": {"limits": {"memory": "16Mi"}}});
+    let p = pod(
+        &env,
+        "hog",
+        json!({"restartPolicy": "Never", "containers": [hog]}),
+    );
+    let want = format!("pod{}", uid(&p));
+    wait_until("an OOMKilling event", &env, 60, || {
+        node_events(&env, "OOMKilling")
+            .iter()
+            .any(|e| e["message"].as_str().unwrap_or("").contains(&want))
+    })
+    .await;
+    let ev = node_events(&env, "OOMKilling")
+        .into_iter()
+        .find(|e| e["message"].as_str().unwrap_or("").contains(&want))
+        .unwrap();
+    assert_eq!(ev["type"], "Warning");
+    let msg = ev["message"].as_str().unwrap();
+    assert!(msg.starts_with("Killed process "), "{msg}");
+    assert!(msg.contains("(dd)"), "{msg}");
+    // A memory cgroup's OOM is not a system OOM.
+    assert!(node_events(&env, "SystemOOM")
+        .iter()
+        .all(|e| !e["message"].as_str().unwrap_or("").contains("dd")));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn runtime_class_picks_the_handler_and_adds_its_overhead() {
+    if !require_root() {
+        return;
+    }
+    let env = env().await;
+    for (name, handler) in [("fast", "runc"), ("exotic", "kata")] {
+        env.api.s.create(
+            "/apis/node.k8s.io/v1/runtimeclasses",
+            json!({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+                   "metadata": {"name": name}, "handler": handler}),
+        );
+    }
+    let lim = json!({"limits": {"cpu": "100m", "memory": "32Mi"}});
+    let classy = pod(
+        &env,
+        "classy",
+        json!({"runtimeClassName": "fast", "overhead": {"cpu": "50m", "memory": "16Mi"},
+               "containers": [sleeper(&env, "app", lim)]}),
+    );
+    env.running_and_ready("classy").await;
+    let mut rt = env.p.h.runtime().await;
+    let sb = rt
+        .list_pod_sandbox(ListPodSandboxRequest {
+            filter: Some(PodSandboxFilter {
+                label_selector: [("io.kubernetes.pod.uid".to_string(), uid(&classy))].into(),
+                ..Default::default()
+            }),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .items;
+    assert_eq!(sb[0].runtime_handler, "runc");
+    let path = format!("/{}/pod{}", env.k.cgroup_root, uid(&classy));
+    assert_eq!(
+        memory_limit(&path).as_deref(),
+        Some(&*((48u64 << 20).to_string()))
+    );
+    // A class that does not exist, and one whose handler the runtime lacks.
+    let lost = pod(
+        &env,
+        "lost",
+        json!({"runtimeClassName": "missing", "containers": [sleeper(&env, "app", json!({}))]}),
+    );
+    let odd = pod(
+        &env,
+        "odd",
+        json!({"runtimeClassName": "exotic", "containers": [sleeper(&env, "app", json!({}))]}),
+    );
+    for (p, want) in [
+        (&lost, "RuntimeClass \"missing\" not found"),
+        (&odd, "\"kata\""),
+    ] {
+        let u = uid(p);
+        wait_until("FailedCreatePodSandBox", &env, 60, || {
+            env.api.s.list("events").iter().any(|e| {
+                e["involvedObject"]["uid"] == u.as_str()
+                    && e["reason"] == "FailedCreatePodSandBox"
+                    && e["message"].as_str().unwrap_or("").contains(want)
+            })
+        })
+        .await;
+        assert_eq!(common::cluster::sandboxes(&env.p.h.endpoint(), &u).await, 0);
+    }
+    assert_eq!(phase_of(&env, "lost"), "Pending");
+}
