@@ -164,7 +164,7 @@ enum Cmd {
     /// status changes as a live table.
     Kubelet {
         #[command(flatten)]
-        common: husk::cli::kubelet::CommonFlags,
+        common: Box<husk::cli::kubelet::CommonFlags>,
         #[command(flatten)]
         cluster: husk::cli::kubelet::ClusterFlags,
         /// Manifest directory (or file), watched (the kubelet's --pod-manifest-path).
@@ -176,7 +176,7 @@ enum Cmd {
     },
     /// Run one pod until it completes or is Ready, streaming its logs;
     /// exits with the pod's outcome.
-    Run(husk::cli::run::RunFlags),
+    Run(Box<husk::cli::run::RunFlags>),
     /// The per-pod monitor (started by `husk serve`, not by hand).
     #[command(hide = true)]
     Shim {
@@ -490,7 +490,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         } => {
             husk::logging::init(&husk::logging::quiet_client(&common.log_level), "text");
             runtime()?.block_on(husk::cli::kubelet::run(
-                common,
+                *common,
                 cluster,
                 manifests,
                 manifest_url,
@@ -498,7 +498,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Cmd::Run(flags) => {
             husk::logging::init(&flags.common.log_level, "text");
-            let code = runtime()?.block_on(husk::cli::run::run(flags))?;
+            let code = runtime()?.block_on(husk::cli::run::run(*flags))?;
             std::process::exit(code);
         }
         Cmd::Config {

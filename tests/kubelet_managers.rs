@@ -10,212 +10,24 @@ mod common;
 
 use common::cluster::*;
 use common::kubelet::tail;
+use common::managers::*;
 use common::{require_root, Tmpfs};
 use husk::api::cri::*;
 use husk::cgroup::Layout;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
-const PODS: &str = "/api/v1/namespaces/default/pods";
-
-fn pod(env: &Env, name: &str, spec: Value) -> Value {
-    let mut spec = spec;
-    spec["nodeName"] = json!(env.k.node);
-    spec["terminationGracePeriodSeconds"] = json!(1);
-    env.api
-        .s
-        .create(PODS, json!({"metadata": {"name": name}, "spec": spec}))
-}
-
-fn uid(v: &Value) -> String {
-    v["metadata"]["uid"].as_str().unwrap().to_string()
-}
-
-fn sleeper(env: &Env, name: &str, resources: Value) -> Value {
-    json!({"name": name, "image": env.image, "command": ["/bin/sleep", "3600"], "resources": resources})
-}
-
-/// A cgroup file of `path` (`v1` file name on v1, `v2` on v2).
-fn cg(path: &str, controller: &str, v1: &str, v2: &str) -> Option<String> {
-    let l = Layout::host();
-    let file = if l.is_v2() { v2 } else { v1 };
-    let dir = l.dir(controller, path)?;
-    std::fs::read_to_string(dir.join(file))
-        .ok()
-        .map(|s| s.trim().to_string())
-}
-
-/// OOM kills in the memory cgroup at `path` and below (v1 counts them
-/// where the victim was; v2's `memory.events` counts the subtree).
-fn oom_kills_under(path: &str) -> u64 {
-    let l = Layout::host();
-    if l.is_v2() {
-        return husk::cgroup::oom_kills(l, path).unwrap_or(0);
+#[tokio::test(flavor = "multi_thread")]
+async fn pod_cgroups_bound_the_pods_containers_together() {
+    if require_root() {
+        common::managers::pod_cgroups_bound_the_pods_containers_together().await;
     }
-    fn walk(dir: &std::path::Path) -> u64 {
-        let own = std::fs::read_to_string(dir.join("memory.oom_control"))
-            .unwrap_or_default()
-            .lines()
-            .find_map(|l| {
-                l.strip_prefix("oom_kill ")
-                    .and_then(|v| v.trim().parse().ok())
-            })
-            .unwrap_or(0);
-        own + std::fs::read_dir(dir)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter(|e| e.path().is_dir())
-            .map(|e| walk(&e.path()))
-            .sum::<u64>()
-    }
-    l.dir("memory", path).map(|d| walk(&d)).unwrap_or(0)
-}
-
-fn memory_limit(path: &str) -> Option<String> {
-    cg(path, "memory", "memory.limit_in_bytes", "memory.max")
-}
-
-fn node_events(env: &Env, reason: &str) -> Vec<Value> {
-    env.api
-        .s
-        .list("events")
-        .into_iter()
-        .filter(|e| e["involvedObject"]["kind"] == "Node" && e["reason"] == reason)
-        .collect()
-}
-
-async fn wait_until(what: &str, env: &Env, secs: u64, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while !f() {
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {what}\nkubelet log:\n{}",
-            tail(&env.k.log(), 60)
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-async fn container_id(env: &Env, pod_uid: &str, name: &str) -> String {
-    let mut rt = env.p.h.runtime().await;
-    rt.list_containers(ListContainersRequest {
-        filter: Some(ContainerFilter {
-            label_selector: [
-                ("io.kubernetes.pod.uid".to_string(), pod_uid.to_string()),
-                ("io.kubernetes.container.name".to_string(), name.to_string()),
-            ]
-            .into(),
-            ..Default::default()
-        }),
-    })
-    .await
-    .unwrap()
-    .into_inner()
-    .containers
-    .into_iter()
-    .find(|c| c.state == ContainerState::ContainerRunning as i32)
-    .unwrap()
-    .id
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn pod_cgroups_bound_the_pods_containers_together() {
-    if !require_root() {
-        return;
-    }
-    let env = env().await;
-    let root = format!("/{}", env.k.cgroup_root);
-    let lim = json!({"limits": {"cpu": "100m", "memory": "32Mi"}});
-    let g = pod(
-        &env,
-        "bounded",
-        json!({"containers": [sleeper(&env, "a", lim.clone()), sleeper(&env, "b", lim)]}),
-    );
-    let b = pod(
-        &env,
-        "burst",
-        json!({"containers": [sleeper(&env, "c", json!({"requests": {"cpu": "250m"}}))]}),
-    );
-    env.running_and_ready("bounded").await;
-    env.running_and_ready("burst").await;
-    let gpath = format!("{root}/pod{}", uid(&g));
-    let bpath = format!("{root}/burstable/pod{}", uid(&b));
-    // Guaranteed: the sum of its containers' limits, under kubepods.
-    assert_eq!(memory_limit(&gpath).as_deref(), Some("67108864"));
-    if Layout::host().is_v2() {
-        assert_eq!(
-            cg(&gpath, "cpu", "", "cpu.max").as_deref(),
-            Some("20000 100000")
-        );
-    } else {
-        assert_eq!(
-            cg(&gpath, "cpu", "cpu.cfs_quota_us", "").as_deref(),
-            Some("20000")
-        );
-        assert_eq!(cg(&gpath, "cpu", "cpu.shares", "").as_deref(), Some("204"));
-        assert_eq!(cg(&bpath, "cpu", "cpu.shares", "").as_deref(), Some("256"));
-        // burstable: its pods' requests; besteffort: the minimum.
-        assert_eq!(
-            cg(&format!("{root}/burstable"), "cpu", "cpu.shares", "").as_deref(),
-            Some("256")
-        );
-        assert_eq!(
-            cg(&format!("{root}/besteffort"), "cpu", "cpu.shares", "").as_deref(),
-            Some("2")
-        );
-    }
-    // Burstable without memory limits: no pod memory limit.
-    let unlimited = memory_limit(&bpath).unwrap();
-    assert!(
-        unlimited == "max" || unlimited.parse::<u64>().unwrap() > 1 << 60,
-        "{unlimited}"
-    );
-    // Container a's own limit raised past the pod's: a 100 MiB allocation
-    // in it is stopped by the pod cgroup (64 MiB for a and b together).
-    let a = container_id(&env, &uid(&g), "a").await;
-    let mut rt = env.p.h.runtime().await;
-    rt.update_container_resources(UpdateContainerResourcesRequest {
-        container_id: a.clone(),
-        linux: Some(LinuxContainerResources {
-            memory_limit_in_bytes: 256 << 20,
-            cpu_period: 100_000,
-            cpu_quota: 10_000,
-            cpu_shares: 102,
-            ..Default::default()
-        }),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    let r = rt
-        .exec_sync(ExecSyncRequest {
-            container_id: a,
-            cmd: vec![
-                "sh".into(),
-                "-c".into(),
-                "dd if=/dev/zero of=/dev/null bs=100M count=1".into(),
-            ],
-            timeout: 60,
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    assert_eq!(r.exit_code, 137, "the hog was not killed: {r:?}");
-    assert!(
-        oom_kills_under(&gpath) >= 1,
-        "no OOM kill counted under the pod cgroup"
-    );
-    // Removed pods take their cgroups with them.
-    for name in ["bounded", "burst"] {
-        env.api.s.delete(&env.pod_path(name), Some(0));
-        env.wait_gone(&env.pod_path(name), 60).await;
-    }
-    for p in [&gpath, &bpath] {
-        wait_until("pod cgroups removed", &env, 30, || {
-            memory_limit(p).is_none()
-        })
-        .await;
+async fn an_oom_kill_is_a_node_event() {
+    if require_root() {
+        common::managers::an_oom_kill_is_a_node_event().await;
     }
 }
 
@@ -549,41 +361,6 @@ async fn disk_pressure_frees_images_then_evicts_the_lowest_qos_pod() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn an_oom_kill_is_a_node_event() {
-    if !require_root() {
-        return;
-    }
-    let env = env().await;
-    let hog = json!({"name": "hog", "image": env.image,
-        "command": ["sh", "-c", "dd if=/dev/zero of=/dev/null bs=64M count=1; sleep 3600"],
-        "resources": {"limits": {"memory": "16Mi"}}});
-    let p = pod(
-        &env,
-        "hog",
-        json!({"restartPolicy": "Never", "containers": [hog]}),
-    );
-    let want = format!("pod{}", uid(&p));
-    wait_until("an OOMKilling event", &env, 60, || {
-        node_events(&env, "OOMKilling")
-            .iter()
-            .any(|e| e["message"].as_str().unwrap_or("").contains(&want))
-    })
-    .await;
-    let ev = node_events(&env, "OOMKilling")
-        .into_iter()
-        .find(|e| e["message"].as_str().unwrap_or("").contains(&want))
-        .unwrap();
-    assert_eq!(ev["type"], "Warning");
-    let msg = ev["message"].as_str().unwrap();
-    assert!(msg.starts_with("Killed process "), "{msg}");
-    assert!(msg.contains("(dd)"), "{msg}");
-    // A memory cgroup's OOM is not a system OOM.
-    assert!(node_events(&env, "SystemOOM")
-        .iter()
-        .all(|e| !e["message"].as_str().unwrap_or("").contains("dd")));
-}
-
-#[tokio::test(flavor = "multi_thread")]
 async fn runtime_class_picks_the_handler_and_adds_its_overhead() {
     if !require_root() {
         return;
@@ -649,4 +426,168 @@ async fn runtime_class_picks_the_handler_and_adds_its_overhead() {
         assert_eq!(common::cluster::sandboxes(&env.p.h.endpoint(), &u).await, 0);
     }
     assert_eq!(phase_of(&env, "lost"), "Pending");
+}
+
+/// The cluster CA a test's controller-manager signs with.
+fn test_ca() -> rcgen::CertifiedIssuer<'static, rcgen::KeyPair> {
+    let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    p.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    p.distinguished_name
+        .push(rcgen::DnType::CommonName, "test-cluster-ca");
+    rcgen::CertifiedIssuer::self_signed(p, rcgen::KeyPair::generate().unwrap()).unwrap()
+}
+
+/// Approves and signs every CSR not yet issued with a certificate valid
+/// for `secs` seconds, as the controller-manager's approver and signer
+/// do; returns the CSRs signed (their objects as they were asked).
+fn sign_pending(
+    env: &Env,
+    ca: &rcgen::CertifiedIssuer<'static, rcgen::KeyPair>,
+    secs: u64,
+) -> Vec<Value> {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let mut signed = Vec::new();
+    for csr in env.api.s.list("certificatesigningrequests") {
+        if csr["status"]["certificate"].is_string() {
+            continue;
+        }
+        let req = b64
+            .decode(csr["spec"]["request"].as_str().unwrap())
+            .unwrap();
+        let mut params =
+            rcgen::CertificateSigningRequestParams::from_pem(&String::from_utf8(req).unwrap())
+                .unwrap();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap();
+        let epoch = rcgen::date_time_ymd(1970, 1, 1);
+        params.params.not_before = epoch + (now - Duration::from_secs(5));
+        params.params.not_after = epoch + (now + Duration::from_secs(secs));
+        let cert = params.signed_by(ca).unwrap();
+        let name = csr["metadata"]["name"].as_str().unwrap();
+        env.api.s.patch(
+            &format!("/apis/certificates.k8s.io/v1/certificatesigningrequests/{name}"),
+            json!({"status": {
+                "conditions": [{"type": "Approved", "status": "True", "reason": "AutoApproved", "message": "signed by the test"}],
+                "certificate": b64.encode(cert.pem())}}),
+        );
+        signed.push(csr);
+    }
+    signed
+}
+
+fn subject_of_csr(csr: &Value) -> String {
+    use base64::Engine;
+    let pem = base64::engine::general_purpose::STANDARD
+        .decode(csr["spec"]["request"].as_str().unwrap())
+        .unwrap();
+    let p =
+        rcgen::CertificateSigningRequestParams::from_pem(&String::from_utf8(pem).unwrap()).unwrap();
+    format!("{:?}", p.params.distinguished_name)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_joins_by_tls_bootstrap_and_rotates_its_certificate() {
+    if !require_root() {
+        return;
+    }
+    let mut env = env_bootstrap(vec!["--rotate-certificates".into()]).await;
+    env.api
+        .s
+        .certificate_clients
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let ca = test_ca();
+    let mut asked = Vec::new();
+    wait_until("the bootstrap CSR", &env, 60, || {
+        asked.extend(sign_pending(&env, &ca, 30));
+        !asked.is_empty()
+    })
+    .await;
+    let csr = &asked[0];
+    assert_eq!(
+        csr["spec"]["signerName"],
+        "kubernetes.io/kube-apiserver-client-kubelet"
+    );
+    assert_eq!(
+        csr["spec"]["usages"],
+        json!(["digital signature", "client auth"])
+    );
+    let subject = subject_of_csr(csr);
+    assert!(
+        subject.contains(&format!("system:node:{}", env.k.node)),
+        "{subject}"
+    );
+    assert!(subject.contains("system:nodes"), "{subject}");
+    // The node joins on the issued certificate, through the written kubeconfig.
+    env.wait(&env.node_path(), "the Node registered", 60, |_| true)
+        .await;
+    let conf = std::fs::read_to_string(env._kc.path().join("kubelet.conf")).unwrap();
+    let current = env.k.root().join("pki/kubelet-client-current.pem");
+    assert!(conf.contains(&current.display().to_string()), "{conf}");
+    let first = std::fs::read_to_string(&current).unwrap();
+    assert!(first.contains("BEGIN CERTIFICATE") && first.contains("PRIVATE KEY"));
+    // A 30 s certificate is renewed 21 to 27 s into its life, by the node.
+    let mut renewed = Vec::new();
+    wait_until("the renewal CSR", &env, 60, || {
+        renewed.extend(sign_pending(&env, &ca, 3600));
+        !renewed.is_empty()
+    })
+    .await;
+    assert!(subject_of_csr(&renewed[0]).contains(&format!("system:node:{}", env.k.node)));
+    wait_until("the renewed certificate in use", &env, 30, || {
+        std::fs::read_to_string(&current).is_ok_and(|p| p != first)
+    })
+    .await;
+    // A restarted kubelet keeps the certificate it has: no new CSR.
+    env.k.kill9();
+    let before = env.api.s.list("certificatesigningrequests").len();
+    env.k.spawn();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(env.api.s.list("certificatesigningrequests").len(), before);
+    assert!(tail(&env.k.log(), 200).contains("client certificate rotation scheduled"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bootstrap_that_cannot_reach_the_api_server_refuses_the_start() {
+    if !require_root() {
+        return;
+    }
+    let p = common::pod::setup(vec![]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let boot = dir.path().join("bootstrap.conf");
+    let port = common::free_port();
+    std::fs::write(
+        &boot,
+        format!("apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: 'http://127.0.0.1:{port}'}}\nusers:\n- name: u\n  user: {{token: 'x'}}\ncontexts:\n- name: x\n  context: {{cluster: c, user: u}}\ncurrent-context: x\n"),
+    )
+    .unwrap();
+    let conf = dir.path().join("kubelet.conf");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_husk"))
+        .args(["kubelet", "--runtime-endpoint", &p.h.endpoint()])
+        .arg("--kubeconfig")
+        .arg(&conf)
+        .arg("--bootstrap-kubeconfig")
+        .arg(&boot)
+        .arg("--root")
+        .arg(dir.path().join("root"))
+        .args(["--cgroup-root", &format!("/{}", p.cgroup_parent)])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("TLS bootstrap") && err.contains(&format!("127.0.0.1:{port}")),
+        "{err}"
+    );
+    assert!(!conf.exists(), "a kubeconfig was written");
+    assert!(
+        !dir.path().join("root/pki").exists(),
+        "certificates were kept"
+    );
+    for h in ["memory", "cpu", ""] {
+        if let Some(d) = Layout::host().dir(h, &p.cgroup_parent) {
+            assert!(!d.exists(), "left {}", d.display());
+        }
+    }
 }

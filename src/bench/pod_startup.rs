@@ -138,7 +138,7 @@ async fn round(
 pub async fn run(a: Args) -> anyhow::Result<()> {
     anyhow::ensure!(!a.nodes.is_empty(), "--nodes: give at least one node");
     anyhow::ensure!(!a.image.is_empty(), "--image is required");
-    let (client, _) = crate::kubelet::node::apiserver::connect(&a.kubeconfig).await?;
+    let (client, _, _) = crate::kubelet::node::apiserver::connect(&a.kubeconfig, false).await?;
     let load_before = loadavg();
     let mut samples: Vec<Vec<Duration>> = vec![Vec::new(); a.nodes.len()];
     let mut all: Vec<Vec<f64>> = vec![Vec::new(); a.nodes.len()];

@@ -94,6 +94,17 @@ pub struct ClusterFlags {
     pub max_pods: i64,
     #[arg(long, hide = true, value_parser = parse_duration, default_value = "10s")]
     pub node_status_update_frequency: Duration,
+    /// TLS bootstrap: when --kubeconfig is missing or its certificate has
+    /// expired, ask for a client certificate with this credential and write
+    /// --kubeconfig to use it.
+    #[arg(long, requires = "kubeconfig")]
+    pub bootstrap_kubeconfig: Option<PathBuf>,
+    /// Where client certificates are kept (default: <root>/pki).
+    #[arg(long)]
+    pub cert_dir: Option<PathBuf>,
+    /// Rotate the client certificate before it expires.
+    #[arg(long)]
+    pub rotate_certificates: bool,
 }
 
 impl ClusterFlags {
@@ -107,6 +118,9 @@ impl ClusterFlags {
         s.client_ca_file = self.client_ca_file.clone();
         s.max_pods = self.max_pods;
         s.node_status_update_frequency = self.node_status_update_frequency;
+        s.bootstrap_kubeconfig = self.bootstrap_kubeconfig.clone();
+        s.cert_dir = self.cert_dir.clone().unwrap_or_else(|| s.root.join("pki"));
+        s.rotate_certificates = self.rotate_certificates;
     }
 }
 

@@ -38,6 +38,7 @@ use kit::node_config::{self, Capacity};
 use kit::{defaults, recorder, runtime::Cri, settings::Settings};
 use lifecycle::pod_workers::{PodWorkers, Work};
 use lifecycle::{gc, terminate, Ctx};
+use managers::certificates;
 use managers::cgroups::PodCgroups;
 use managers::eviction::EvictionManager;
 use managers::image_gc::ImageGc;
@@ -81,13 +82,35 @@ pub async fn run(
     mut control: Control,
 ) -> anyhow::Result<()> {
     let cri = Cri::connect(&settings.runtime_endpoint).await?;
+    let mut rotation = None;
     let cluster = match &settings.kubeconfig {
         Some(k) => {
-            let (client, url) = apiserver::connect(k).await?;
+            // TLS bootstrap first: nothing joins without a credential.
+            if let Some(b) = &settings.bootstrap_kubeconfig {
+                certificates::bootstrap(
+                    k,
+                    b,
+                    &settings.cert_dir,
+                    &settings.node_name,
+                    certificates::BOOTSTRAP_TIMEOUT,
+                )
+                .await
+                .map_err(anyhow::Error::msg)?;
+            }
+            let (client, url, identity) =
+                apiserver::connect(k, settings.rotate_certificates).await?;
             if settings.node_ip.is_none() {
                 settings.node_ip = apiserver::local_ip_towards(&url);
             }
             tracing::info!(server = %url, node_ip = ?settings.node_ip, "joining the cluster");
+            if let Some(id) = identity {
+                rotation = Some(tokio::spawn(certificates::rotate(
+                    client.clone(),
+                    id,
+                    settings.cert_dir.clone(),
+                    settings.node_name.clone(),
+                )));
+            }
             Some(client)
         }
         None => None,
@@ -160,7 +183,7 @@ pub async fn run(
         objects: api_volumes::Objects::new(cluster.clone()),
         settings: settings.clone(),
     });
-    let mut tasks = Vec::new();
+    let mut tasks: Vec<tokio::task::JoinHandle<()>> = rotation.into_iter().collect();
     let mut expected: Vec<String> = control.sources.clone();
     if let Some(client) = cluster {
         tasks.push(node_api::start(ctx.clone()).await?);

@@ -54,6 +54,10 @@ pub struct Shared {
     /// Refuse this many TokenRequests with 403 (the node authorizer of a
     /// real API server does until it has seen the pod bound to the node).
     pub token_refusals: AtomicU64,
+    /// Take a request without a bearer token as a client authenticated by
+    /// its certificate (which plain HTTP cannot carry): the TLS bootstrap
+    /// tests' credential after the bootstrap token.
+    pub certificate_clients: AtomicBool,
 }
 
 pub struct ApiServer {
@@ -293,6 +297,15 @@ impl Shared {
         v
     }
 
+    /// Merge-patches the object at `path` (its status included), as a
+    /// controller would.
+    pub fn patch(&self, path: &str, patch: Value) -> Value {
+        let mut st = self.lock();
+        let mut obj = st.objects.get(path).cloned().unwrap();
+        merge(&mut obj, &patch);
+        self.put(&mut st, path, obj, false)
+    }
+
     /// A graceful delete (pods get a deletionTimestamp) or, grace 0, a removal.
     pub fn delete(&self, path: &str, grace: Option<i64>) {
         let t = Target::parse(path).unwrap();
@@ -438,6 +451,7 @@ pub async fn start(token: &str) -> ApiServer {
         requests: Mutex::new(Vec::new()),
         generation: AtomicU64::new(0),
         token_refusals: AtomicU64::new(0),
+        certificate_clients: AtomicBool::new(false),
     });
     let s2 = s.clone();
     let task = tokio::spawn(async move {

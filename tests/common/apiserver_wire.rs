@@ -124,7 +124,9 @@ pub(super) async fn serve(mut c: TcpStream, s: Arc<Shared>) {
             continue;
         }
         let token = s.token.lock().unwrap().clone();
-        if header("authorization").as_deref() != Some(&format!("Bearer {token}")) {
+        let auth = header("authorization");
+        let by_certificate = auth.is_none() && s.certificate_clients.load(Ordering::SeqCst);
+        if auth.as_deref() != Some(&format!("Bearer {token}")) && !by_certificate {
             let _ = respond(&mut c, 401, &status(401, "Unauthorized", "Unauthorized")).await;
             continue;
         }

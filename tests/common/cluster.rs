@@ -19,7 +19,8 @@ pub struct Env {
     pub api: ApiServer,
     pub p: Pod,
     pub image: String,
-    _kc: tempfile::TempDir,
+    /// The kubeconfigs (`kubeconfig`; `kubelet.conf` once bootstrapped).
+    pub _kc: tempfile::TempDir,
 }
 
 impl Drop for Env {
@@ -41,6 +42,21 @@ pub async fn env_with(token: &str, extra: Vec<String>) -> Env {
 
 /// `env_with`, with flags for husk serve too.
 pub async fn env_full(token: &str, husk_args: Vec<String>, extra: Vec<String>) -> Env {
+    start_env(token, husk_args, false, extra).await
+}
+
+/// A kubelet that joins by TLS bootstrap: `--bootstrap-kubeconfig` holds
+/// the token, `--kubeconfig` (`<dir>/kubelet.conf`) does not exist yet.
+pub async fn env_bootstrap(extra: Vec<String>) -> Env {
+    start_env(TOKEN, vec![], true, extra).await
+}
+
+async fn start_env(
+    token: &str,
+    husk_args: Vec<String>,
+    bootstrap: bool,
+    extra: Vec<String>,
+) -> Env {
     let p = pod::setup_with(vec![], "/usr/lib/cni", husk_args).await;
     let pusher = Pusher::new(&p.reg);
     let img = Image::new(vec![Layer::new(&busybox_entries(), Compression::Gzip)]);
@@ -50,25 +66,27 @@ pub async fn env_full(token: &str, husk_args: Vec<String>, extra: Vec<String>) -
     let dir = tempfile::tempdir().unwrap();
     let kc = dir.path().join("kubeconfig");
     std::fs::write(&kc, api.kubeconfig(token)).unwrap();
-    let k = Kubelet::start_with(
-        &p.h.endpoint(),
-        &p.cgroup_parent,
-        vec![
+    let mut args = match bootstrap {
+        false => vec!["--kubeconfig".into(), kc.display().to_string()],
+        true => vec![
             "--kubeconfig".into(),
+            dir.path().join("kubelet.conf").display().to_string(),
+            "--bootstrap-kubeconfig".into(),
             kc.display().to_string(),
-            "--node-ip".into(),
-            "127.0.0.1".into(),
-            "--address".into(),
-            "127.0.0.1".into(),
-            "--port".into(),
-            super::free_port().to_string(),
-            "--node-status-update-frequency".into(),
-            "2s".into(),
-        ]
-        .into_iter()
-        .chain(extra)
-        .collect(),
-    );
+        ],
+    };
+    args.extend([
+        "--node-ip".into(),
+        "127.0.0.1".into(),
+        "--address".into(),
+        "127.0.0.1".into(),
+        "--port".into(),
+        super::free_port().to_string(),
+        "--node-status-update-frequency".into(),
+        "2s".into(),
+    ]);
+    args.extend(extra);
+    let k = Kubelet::start_with(&p.h.endpoint(), &p.cgroup_parent, args);
     Env {
         k,
         api,

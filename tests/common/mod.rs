@@ -13,6 +13,7 @@ pub mod ctr;
 pub mod deb;
 pub mod images;
 pub mod kubelet;
+pub mod managers;
 pub mod pod;
 pub mod registry;
 pub mod server;

@@ -13,6 +13,8 @@
 //!   access through the eBPF program; updates; stats; bad input.
 //! - `oom.rs`: OOMKilled from `memory.events`, for the container's own
 //!   limit, its pod's, and an exec.
+//! - `managers.rs`: husk kubelet's pod and QoS cgroups on v2 and the OOM
+//!   watcher on this kernel's `/dev/kmsg`.
 //! - `lifecycle.rs`: exec, attach and port-forward; kill -9 of husk serve
 //!   and recovery; nothing left after removal, cgroups included; stop
 //!   through `cgroup.kill`.
@@ -33,6 +35,7 @@ mod common;
 mod kernel;
 mod lifecycle;
 mod limits;
+mod managers;
 mod oom;
 mod package;
 mod systemd;
@@ -46,10 +49,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Guest tests, by name: the host test expects each to pass.
-const GUEST_TESTS: [&str; 5] = [
+const GUEST_TESTS: [&str; 6] = [
     "kernel::guest_check_apparmor_seccomp_propagation",
     "lifecycle::guest_exec_attach_port_forward_restart_and_cleanup",
     "limits::guest_limits_devices_updates_and_stats",
+    "managers::guest_kubelet_pod_cgroups_and_oom_events",
     "oom::guest_oom_kills_are_reported",
     "userns::guest_user_namespaces_on_this_kernel",
 ];

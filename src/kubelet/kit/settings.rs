@@ -72,6 +72,13 @@ pub struct Settings {
     pub system_reserved_cgroup: Option<String>,
     pub eviction: Eviction,
     pub image_gc: ImageGc,
+    /// TLS bootstrap: the credential that asks for the client certificate
+    /// when `kubeconfig` is missing or expired (`--bootstrap-kubeconfig`).
+    pub bootstrap_kubeconfig: Option<PathBuf>,
+    /// Where client certificates are kept (`--cert-dir`).
+    pub cert_dir: PathBuf,
+    /// Rotate the client certificate before it expires (`--rotate-certificates`).
+    pub rotate_certificates: bool,
 }
 
 impl Settings {
@@ -117,6 +124,9 @@ impl Settings {
             system_reserved_cgroup: None,
             eviction: Eviction::default(),
             image_gc: ImageGc::default(),
+            bootstrap_kubeconfig: None,
+            cert_dir: PathBuf::from("/var/lib/husk-kubelet/pki"),
+            rotate_certificates: false,
         }
     }
 }

@@ -5,6 +5,7 @@
 //! and the kubelet's cgroups (`cgroups`). Each serves the lifecycle room
 //! and depends only on the kit, the spec and the pod config.
 
+pub mod certificates;
 pub mod cgroups;
 pub mod eviction;
 pub mod handlers;

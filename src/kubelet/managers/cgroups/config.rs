@@ -48,7 +48,8 @@ pub fn quota(milli: i64) -> i64 {
     (milli * PERIOD as i64 / 1000).max(MIN_QUOTA)
 }
 
-/// cgroup v2's `cpu.weight` for v1 shares (as runc and the kubelet convert).
+/// cgroup v2's `cpu.weight` for v1 shares, as the kubelet 1.28 converts them
+/// (runc 1.1's linear map; husk serve's containers follow newer runc).
 pub fn weight(shares: u64) -> u64 {
     if shares == 0 {
         return 100;

@@ -14,6 +14,7 @@
 //! when it recovers. Client: kube-rs (`kube`, its runtime watcher) on the
 //! k8s-openapi types the rest of the kubelet uses.
 
+pub mod client;
 pub mod events;
 pub mod node;
 pub mod pods;
@@ -23,8 +24,10 @@ pub use crate::kubelet::kit::api_error::{code, describe};
 use crate::kubelet::kit::recorder::Record;
 use crate::kubelet::kit::runtime::Cri;
 use crate::kubelet::kit::settings::Settings;
+use crate::kubelet::managers::certificates::store::Identity;
 use crate::kubelet::pods::sources::SourceSnapshot;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
@@ -72,8 +75,13 @@ pub fn start(
     ]
 }
 
-/// A client for the cluster in a kubeconfig (its current context).
-pub async fn connect(kubeconfig: &Path) -> anyhow::Result<(kube::Client, http::Uri)> {
+/// A client for the cluster in a kubeconfig (its current context); with
+/// `rotating`, one whose client certificate the certificate manager can
+/// swap (its identity is returned).
+pub async fn connect(
+    kubeconfig: &Path,
+    rotating: bool,
+) -> anyhow::Result<(kube::Client, http::Uri, Option<Arc<Identity>>)> {
     let kc = kube::config::Kubeconfig::read_from(kubeconfig)
         .map_err(|e| anyhow::anyhow!("kubeconfig {}: {e}", kubeconfig.display()))?;
     let mut cfg =
@@ -89,9 +97,13 @@ pub async fn connect(kubeconfig: &Path) -> anyhow::Result<(kube::Client, http::U
     // on its own schedule instead.
     cfg.default_retry = false;
     let url = cfg.cluster_url.clone();
+    if rotating {
+        let (client, identity) = client::rotating(cfg, kubeconfig)?;
+        return Ok((client, url, Some(identity)));
+    }
     let client = kube::Client::try_from(cfg)
         .map_err(|e| anyhow::anyhow!("kubeconfig {}: {e}", kubeconfig.display()))?;
-    Ok((client, url))
+    Ok((client, url, None))
 }
 
 /// The address this host reaches `url`'s host from (no packet is sent:

@@ -1,0 +1,246 @@
+//! The node managers' scenarios that run on this host and in the node
+//! VMs alike (`tests/kubelet_managers.rs`, `tests/node_vm/managers.rs`):
+//! the pod cgroup bounding its containers together, and an OOM kill as a
+//! node event; with the helpers the manager tests share.
+
+use super::cluster::*;
+use super::kubelet::tail;
+use husk::api::cri::*;
+use husk::cgroup::Layout;
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+pub const PODS: &str = "/api/v1/namespaces/default/pods";
+
+pub fn pod(env: &Env, name: &str, spec: Value) -> Value {
+    let mut spec = spec;
+    spec["nodeName"] = json!(env.k.node);
+    spec["terminationGracePeriodSeconds"] = json!(1);
+    env.api
+        .s
+        .create(PODS, json!({"metadata": {"name": name}, "spec": spec}))
+}
+
+pub fn uid(v: &Value) -> String {
+    v["metadata"]["uid"].as_str().unwrap().to_string()
+}
+
+pub fn sleeper(env: &Env, name: &str, resources: Value) -> Value {
+    json!({"name": name, "image": env.image, "command": ["/bin/sleep", "3600"], "resources": resources})
+}
+
+/// A cgroup file of `path` (`v1` file name on v1, `v2` on v2).
+pub fn cg(path: &str, controller: &str, v1: &str, v2: &str) -> Option<String> {
+    let l = Layout::host();
+    let file = if l.is_v2() { v2 } else { v1 };
+    let dir = l.dir(controller, path)?;
+    std::fs::read_to_string(dir.join(file))
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
+/// OOM kills in the memory cgroup at `path` and below (v1 counts them
+/// where the victim was; v2's `memory.events` counts the subtree).
+pub fn oom_kills_under(path: &str) -> u64 {
+    let l = Layout::host();
+    if l.is_v2() {
+        return husk::cgroup::oom_kills(l, path).unwrap_or(0);
+    }
+    fn walk(dir: &std::path::Path) -> u64 {
+        let own = std::fs::read_to_string(dir.join("memory.oom_control"))
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("oom_kill ")
+                    .and_then(|v| v.trim().parse().ok())
+            })
+            .unwrap_or(0);
+        own + std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.path().is_dir())
+            .map(|e| walk(&e.path()))
+            .sum::<u64>()
+    }
+    l.dir("memory", path).map(|d| walk(&d)).unwrap_or(0)
+}
+
+pub fn memory_limit(path: &str) -> Option<String> {
+    cg(path, "memory", "memory.limit_in_bytes", "memory.max")
+}
+
+pub fn node_events(env: &Env, reason: &str) -> Vec<Value> {
+    env.api
+        .s
+        .list("events")
+        .into_iter()
+        .filter(|e| e["involvedObject"]["kind"] == "Node" && e["reason"] == reason)
+        .collect()
+}
+
+pub async fn wait_until(what: &str, env: &Env, secs: u64, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !f() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}\nkubelet log:\n{}",
+            tail(&env.k.log(), 60)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+pub async fn container_id(env: &Env, pod_uid: &str, name: &str) -> String {
+    let mut rt = env.p.h.runtime().await;
+    rt.list_containers(ListContainersRequest {
+        filter: Some(ContainerFilter {
+            label_selector: [
+                ("io.kubernetes.pod.uid".to_string(), pod_uid.to_string()),
+                ("io.kubernetes.container.name".to_string(), name.to_string()),
+            ]
+            .into(),
+            ..Default::default()
+        }),
+    })
+    .await
+    .unwrap()
+    .into_inner()
+    .containers
+    .into_iter()
+    .find(|c| c.state == ContainerState::ContainerRunning as i32)
+    .unwrap()
+    .id
+}
+
+pub async fn pod_cgroups_bound_the_pods_containers_together() {
+    let env = env().await;
+    let root = format!("/{}", env.k.cgroup_root);
+    let lim = json!({"limits": {"cpu": "100m", "memory": "32Mi"}});
+    let g = pod(
+        &env,
+        "bounded",
+        json!({"containers": [sleeper(&env, "a", lim.clone()), sleeper(&env, "b", lim)]}),
+    );
+    let b = pod(
+        &env,
+        "burst",
+        json!({"containers": [sleeper(&env, "c", json!({"requests": {"cpu": "250m"}}))]}),
+    );
+    env.running_and_ready("bounded").await;
+    env.running_and_ready("burst").await;
+    let gpath = format!("{root}/pod{}", uid(&g));
+    let bpath = format!("{root}/burstable/pod{}", uid(&b));
+    // Guaranteed: the sum of its containers' limits, under kubepods.
+    assert_eq!(memory_limit(&gpath).as_deref(), Some("67108864"));
+    if Layout::host().is_v2() {
+        assert_eq!(
+            cg(&gpath, "cpu", "", "cpu.max").as_deref(),
+            Some("20000 100000")
+        );
+        // The kubelet 1.28's shares → weight: 204 → 8, 256 → 10, 2 → 1.
+        let weight = |p: &str| cg(p, "cpu", "", "cpu.weight");
+        assert_eq!(weight(&gpath).as_deref(), Some("8"));
+        assert_eq!(weight(&format!("{root}/burstable")).as_deref(), Some("10"));
+        assert_eq!(weight(&format!("{root}/besteffort")).as_deref(), Some("1"));
+    } else {
+        assert_eq!(
+            cg(&gpath, "cpu", "cpu.cfs_quota_us", "").as_deref(),
+            Some("20000")
+        );
+        assert_eq!(cg(&gpath, "cpu", "cpu.shares", "").as_deref(), Some("204"));
+        assert_eq!(cg(&bpath, "cpu", "cpu.shares", "").as_deref(), Some("256"));
+        // burstable: its pods' requests; besteffort: the minimum.
+        assert_eq!(
+            cg(&format!("{root}/burstable"), "cpu", "cpu.shares", "").as_deref(),
+            Some("256")
+        );
+        assert_eq!(
+            cg(&format!("{root}/besteffort"), "cpu", "cpu.shares", "").as_deref(),
+            Some("2")
+        );
+    }
+    // Burstable without memory limits: no pod memory limit.
+    let unlimited = memory_limit(&bpath).unwrap();
+    assert!(
+        unlimited == "max" || unlimited.parse::<u64>().unwrap() > 1 << 60,
+        "{unlimited}"
+    );
+    // Container a's own limit raised past the pod's: a 100 MiB allocation
+    // in it is stopped by the pod cgroup (64 MiB for a and b together).
+    let a = container_id(&env, &uid(&g), "a").await;
+    let mut rt = env.p.h.runtime().await;
+    rt.update_container_resources(UpdateContainerResourcesRequest {
+        container_id: a.clone(),
+        linux: Some(LinuxContainerResources {
+            memory_limit_in_bytes: 256 << 20,
+            cpu_period: 100_000,
+            cpu_quota: 10_000,
+            cpu_shares: 102,
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let r = rt
+        .exec_sync(ExecSyncRequest {
+            container_id: a,
+            cmd: vec![
+                "sh".into(),
+                "-c".into(),
+                "dd if=/dev/zero of=/dev/null bs=100M count=1".into(),
+            ],
+            timeout: 60,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.exit_code, 137, "the hog was not killed: {r:?}");
+    assert!(
+        oom_kills_under(&gpath) >= 1,
+        "no OOM kill counted under the pod cgroup"
+    );
+    // Removed pods take their cgroups with them.
+    for name in ["bounded", "burst"] {
+        env.api.s.delete(&env.pod_path(name), Some(0));
+        env.wait_gone(&env.pod_path(name), 60).await;
+    }
+    for p in [&gpath, &bpath] {
+        wait_until("pod cgroups removed", &env, 30, || {
+            memory_limit(p).is_none()
+        })
+        .await;
+    }
+}
+
+pub async fn an_oom_kill_is_a_node_event() {
+    let env = env().await;
+    let hog = json!({"name": "hog", "image": env.image,
+        "command": ["sh", "-c", "dd if=/dev/zero of=/dev/null bs=64M count=1; sleep 3600"],
+        "resources": {"limits": {"memory": "16Mi"}}});
+    let p = pod(
+        &env,
+        "hog",
+        json!({"restartPolicy": "Never", "containers": [hog]}),
+    );
+    let want = format!("pod{}", uid(&p));
+    wait_until("an OOMKilling event", &env, 60, || {
+        node_events(&env, "OOMKilling")
+            .iter()
+            .any(|e| e["message"].as_str().unwrap_or("").contains(&want))
+    })
+    .await;
+    let ev = node_events(&env, "OOMKilling")
+        .into_iter()
+        .find(|e| e["message"].as_str().unwrap_or("").contains(&want))
+        .unwrap();
+    assert_eq!(ev["type"], "Warning");
+    let msg = ev["message"].as_str().unwrap();
+    assert!(msg.starts_with("Killed process "), "{msg}");
+    assert!(msg.contains("(dd)"), "{msg}");
+    // A memory cgroup's OOM is not a system OOM.
+    assert!(node_events(&env, "SystemOOM")
+        .iter()
+        .all(|e| !e["message"].as_str().unwrap_or("").contains("dd")));
+}
