@@ -545,7 +545,7 @@ async fn a_node_joins_by_tls_bootstrap_and_rotates_its_certificate() {
     env.k.spawn();
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(env.api.s.list("certificatesigningrequests").len(), before);
-    assert!(tail(&env.k.log(), 200).contains("client certificate rotation scheduled"));
+    assert!(tail(&env.k.log(), 200).contains("certificate rotation scheduled"));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -590,4 +590,72 @@ async fn a_bootstrap_that_cannot_reach_the_api_server_refuses_the_start() {
             assert!(!d.exists(), "left {}", d.display());
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_kubelet_api_serves_the_certificate_the_cluster_issues() {
+    if !require_root() {
+        return;
+    }
+    let env = env_with(TOKEN, vec!["--rotate-server-certificates".into()]).await;
+    let ca = test_ca();
+    let port: u16 = env.k.args().windows(2).find(|w| w[0] == "--port").unwrap()[1]
+        .parse()
+        .unwrap();
+    let mut asked = Vec::new();
+    wait_until("the serving CSR", &env, 60, || {
+        asked.extend(sign_pending(&env, &ca, 3600));
+        !asked.is_empty()
+    })
+    .await;
+    let csr = &asked[0];
+    assert_eq!(csr["spec"]["signerName"], "kubernetes.io/kubelet-serving");
+    assert_eq!(
+        csr["spec"]["usages"],
+        json!(["digital signature", "server auth"])
+    );
+    use base64::Engine;
+    let pem = base64::engine::general_purpose::STANDARD
+        .decode(csr["spec"]["request"].as_str().unwrap())
+        .unwrap();
+    let p =
+        rcgen::CertificateSigningRequestParams::from_pem(&String::from_utf8(pem).unwrap()).unwrap();
+    let sans = format!("{:?}", p.params.subject_alt_names);
+    assert!(
+        sans.contains("127.0.0.1") && sans.contains(&env.k.node),
+        "{sans}"
+    );
+    // A client that trusts only the cluster CA now gets through.
+    let mut roots = tokio_rustls::rustls::RootCertStore::empty();
+    roots.add(ca.as_ref().der().clone()).unwrap();
+    let cfg = tokio_rustls::rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        tokio_rustls::rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(cfg));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .unwrap();
+        let name = tokio_rustls::rustls::pki_types::ServerName::IpAddress(
+            std::net::IpAddr::from([127, 0, 0, 1]).into(),
+        );
+        match connector.connect(name, tcp).await {
+            Ok(_) => break,
+            Err(e) => assert!(
+                Instant::now() < deadline,
+                "the issued certificate is not served: {e}\n{}",
+                tail(&env.k.log(), 40)
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let current = env.k.root().join("pki/kubelet-server-current.pem");
+    assert!(std::fs::read_to_string(current)
+        .unwrap()
+        .contains("BEGIN CERTIFICATE"));
 }

@@ -105,6 +105,10 @@ pub struct ClusterFlags {
     /// Rotate the client certificate before it expires.
     #[arg(long)]
     pub rotate_certificates: bool,
+    /// Ask the cluster for the kubelet API's serving certificate (signer
+    /// kubernetes.io/kubelet-serving; someone must approve it) and rotate it.
+    #[arg(long)]
+    pub rotate_server_certificates: bool,
 }
 
 impl ClusterFlags {
@@ -121,6 +125,7 @@ impl ClusterFlags {
         s.bootstrap_kubeconfig = self.bootstrap_kubeconfig.clone();
         s.cert_dir = self.cert_dir.clone().unwrap_or_else(|| s.root.join("pki"));
         s.rotate_certificates = self.rotate_certificates;
+        s.rotate_server_certificates = self.rotate_server_certificates;
     }
 }
 

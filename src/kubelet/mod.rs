@@ -109,6 +109,8 @@ pub async fn run(
                     id,
                     settings.cert_dir.clone(),
                     settings.node_name.clone(),
+                    certificates::csr::Kind::Client,
+                    false,
                 )));
             }
             Some(client)
@@ -186,7 +188,20 @@ pub async fn run(
     let mut tasks: Vec<tokio::task::JoinHandle<()>> = rotation.into_iter().collect();
     let mut expected: Vec<String> = control.sources.clone();
     if let Some(client) = cluster {
-        tasks.push(node_api::start(ctx.clone()).await?);
+        let (api, serving) = node_api::start(ctx.clone()).await?;
+        tasks.push(api);
+        if let Some((identity, issued)) = serving {
+            let mut sans = vec![settings.node_name.clone()];
+            sans.extend(settings.node_ip.clone());
+            tasks.push(tokio::spawn(certificates::rotate(
+                client.clone(),
+                identity,
+                settings.cert_dir.clone(),
+                settings.node_name.clone(),
+                certificates::csr::Kind::Serving(sans),
+                !issued,
+            )));
+        }
         expected.push(apiserver::pods::SOURCE.into());
         tasks.extend(apiserver::start(
             client,

@@ -79,6 +79,9 @@ pub struct Settings {
     pub cert_dir: PathBuf,
     /// Rotate the client certificate before it expires (`--rotate-certificates`).
     pub rotate_certificates: bool,
+    /// Ask the cluster for the kubelet API's certificate and rotate it
+    /// (`--rotate-server-certificates`).
+    pub rotate_server_certificates: bool,
 }
 
 impl Settings {
@@ -127,6 +130,7 @@ impl Settings {
             bootstrap_kubeconfig: None,
             cert_dir: PathBuf::from("/var/lib/husk-kubelet/pki"),
             rotate_certificates: false,
+            rotate_server_certificates: false,
         }
     }
 }

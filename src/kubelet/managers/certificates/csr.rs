@@ -1,9 +1,11 @@
-//! A client certificate through the certificates API, as the kubelet asks
-//! for one: a new ECDSA P-256 key, a CSR for `CN=system:node:NODE,
-//! O=system:nodes` with the `kubernetes.io/kube-apiserver-client-kubelet`
-//! signer and the usages `digital signature` and `client auth`, created as
-//! a CertificateSigningRequest named `node-csr-…`, then read until it is
-//! issued (status.certificate, once Approved), denied or failed.
+//! A certificate through the certificates API, as the kubelet asks for
+//! one: a new ECDSA P-256 key and a CSR for `CN=system:node:NODE,
+//! O=system:nodes`, created as a CertificateSigningRequest named
+//! `node-csr-…`, then read until it is issued (status.certificate, once
+//! Approved), denied or failed. The client certificate is signed by
+//! `kubernetes.io/kube-apiserver-client-kubelet` for `client auth`; the
+//! serving one by `kubernetes.io/kubelet-serving` for `server auth`, with
+//! the node's name and addresses as its subject alternative names.
 
 use k8s_openapi::api::certificates::v1::{
     CertificateSigningRequest, CertificateSigningRequestSpec,
@@ -14,12 +16,48 @@ use kube::api::{Api, PostParams};
 use std::time::{Duration, Instant};
 
 pub const CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
+pub const SERVING_SIGNER: &str = "kubernetes.io/kubelet-serving";
 
-/// A new key and the PEM of a CSR for the node's client identity.
-pub fn request(node: &str) -> Result<(rcgen::KeyPair, String), String> {
+/// Which certificate is asked for.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Kind {
+    Client,
+    /// With its subject alternative names (DNS names and IPs).
+    Serving(Vec<String>),
+}
+
+impl Kind {
+    /// The file name part (`kubelet-<name>-current.pem`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Kind::Client => "client",
+            Kind::Serving(_) => "server",
+        }
+    }
+
+    fn signer(&self) -> &'static str {
+        match self {
+            Kind::Client => CLIENT_SIGNER,
+            Kind::Serving(_) => SERVING_SIGNER,
+        }
+    }
+
+    fn usage(&self) -> &'static str {
+        match self {
+            Kind::Client => "client auth",
+            Kind::Serving(_) => "server auth",
+        }
+    }
+}
+
+/// A new key and the PEM of a CSR for the node's identity.
+pub fn request(node: &str, kind: &Kind) -> Result<(rcgen::KeyPair, String), String> {
     let key = rcgen::KeyPair::generate().map_err(|e| format!("generate a key: {e}"))?;
-    let mut p =
-        rcgen::CertificateParams::new(Vec::<String>::new()).map_err(|e| format!("CSR: {e}"))?;
+    let sans = match kind {
+        Kind::Client => Vec::new(),
+        Kind::Serving(s) => s.clone(),
+    };
+    let mut p = rcgen::CertificateParams::new(sans).map_err(|e| format!("CSR: {e}"))?;
     p.distinguished_name = rcgen::DistinguishedName::new();
     p.distinguished_name
         .push(rcgen::DnType::OrganizationName, "system:nodes");
@@ -34,8 +72,13 @@ pub fn request(node: &str) -> Result<(rcgen::KeyPair, String), String> {
 
 /// Creates the CSR and waits up to `timeout` for its certificate;
 /// returns the certificate followed by the key, one PEM.
-pub async fn obtain(client: kube::Client, node: &str, timeout: Duration) -> Result<String, String> {
-    let (key, csr) = request(node)?;
+pub async fn obtain(
+    client: kube::Client,
+    node: &str,
+    kind: &Kind,
+    timeout: Duration,
+) -> Result<String, String> {
+    let (key, csr) = request(node, kind)?;
     let api: Api<CertificateSigningRequest> = Api::all(client);
     let obj = CertificateSigningRequest {
         metadata: ObjectMeta {
@@ -44,8 +87,8 @@ pub async fn obtain(client: kube::Client, node: &str, timeout: Duration) -> Resu
         },
         spec: CertificateSigningRequestSpec {
             request: ByteString(csr.into_bytes()),
-            signer_name: CLIENT_SIGNER.into(),
-            usages: Some(vec!["digital signature".into(), "client auth".into()]),
+            signer_name: kind.signer().into(),
+            usages: Some(vec!["digital signature".into(), kind.usage().into()]),
             ..Default::default()
         },
         status: None,
@@ -92,8 +135,9 @@ pub async fn obtain(client: kube::Client, node: &str, timeout: Duration) -> Resu
         }
         if Instant::now() >= deadline {
             return Err(format!(
-                "CertificateSigningRequest {name} was not issued within {}s (is it approved, and does the controller-manager sign {CLIENT_SIGNER}?)",
-                timeout.as_secs()
+                "CertificateSigningRequest {name} was not issued within {}s (is it approved, and does the controller-manager sign {}?)",
+                timeout.as_secs(),
+                kind.signer()
             ));
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -108,7 +152,7 @@ mod tests {
 
     #[test]
     fn the_csr_names_the_node() {
-        let (_key, pem) = request("n1").unwrap();
+        let (_key, pem) = request("n1", &Kind::Client).unwrap();
         assert!(pem.starts_with("-----BEGIN CERTIFICATE REQUEST-----"));
         let der = tokio_rustls::rustls::pki_types::pem::PemObject::from_pem_slice(pem.as_bytes())
             .map(

@@ -13,6 +13,11 @@
 //!   node renewing itself), saved, and swapped into [`store::Identity`],
 //!   which every new connection presents; failures are retried, backing
 //!   off to 128 s.
+//! - **Serving certificate** (`--rotate-server-certificates`): the kubelet
+//!   API's certificate is asked for the same way (signer
+//!   `kubernetes.io/kubelet-serving`, which a cluster administrator or an
+//!   approver must approve), at start when none is issued yet (the
+//!   self-signed or given pair serves meanwhile), then rotated likewise.
 
 pub mod csr;
 pub mod store;
@@ -110,7 +115,7 @@ fn write_kubeconfig(kubeconfig: &Path, bootstrap: &Path, dir: &Path) -> Result<(
         let abs = bootstrap.parent().unwrap_or(Path::new("/")).join(f);
         c["certificate-authority"] = abs.display().to_string().into();
     }
-    let current = dir.join(store::CURRENT).display().to_string();
+    let current = dir.join(store::current("client")).display().to_string();
     let kc = serde_json::json!({
         "apiVersion": "v1", "kind": "Config",
         "clusters": [{"name": "default-cluster", "cluster": c}],
@@ -139,8 +144,8 @@ pub async fn bootstrap(
     if usable(kubeconfig) {
         return Ok(());
     }
-    if store::load_current(dir).is_some_and(|p| p.valid_now()) {
-        tracing::info!(cert = %dir.join(store::CURRENT).display(), "using the client certificate already issued");
+    if store::load_current(dir, "client").is_some_and(|p| p.valid_now()) {
+        tracing::info!(cert = %dir.join(store::current("client")).display(), "using the client certificate already issued");
         return write_kubeconfig(kubeconfig, bootstrap, dir);
     }
     let kc = kube::config::Kubeconfig::read_from(bootstrap)
@@ -154,48 +159,57 @@ pub async fn bootstrap(
     let client = kube::Client::try_from(cfg)
         .map_err(|e| format!("bootstrap kubeconfig {}: {e}", bootstrap.display()))?;
     tracing::info!(server = %url, node, "TLS bootstrap: asking for a client certificate");
-    let pem = csr::obtain(client, node, timeout).await.map_err(|e| {
-        format!(
-            "TLS bootstrap with {} against {url}: {e}",
-            bootstrap.display()
-        )
-    })?;
+    let pem = csr::obtain(client, node, &csr::Kind::Client, timeout)
+        .await
+        .map_err(|e| {
+            format!(
+                "TLS bootstrap with {} against {url}: {e}",
+                bootstrap.display()
+            )
+        })?;
     Pair::parse(&pem).map_err(|e| format!("TLS bootstrap: the issued certificate: {e}"))?;
-    store::save(dir, &pem).map_err(|e| format!("{}: {e}", dir.display()))?;
+    store::save(dir, "client", &pem).map_err(|e| format!("{}: {e}", dir.display()))?;
     write_kubeconfig(kubeconfig, bootstrap, dir)?;
     tracing::info!(kubeconfig = %kubeconfig.display(), "TLS bootstrap done");
     Ok(())
 }
 
-/// Rotates the client certificate before it expires, until aborted.
+/// Rotates a certificate of `kind` before it expires, until aborted;
+/// with `now`, the first is asked for at once (none is issued yet).
 pub async fn rotate(
     client: kube::Client,
     identity: Arc<Identity>,
     dir: std::path::PathBuf,
     node: String,
+    kind: csr::Kind,
+    now: bool,
 ) {
+    let mut first = now;
     loop {
-        let pair = identity.pair();
-        let at = pair.rotate_at(0.7 + rand::random::<f64>() * 0.2);
-        let wait = at.duration_since(SystemTime::now()).unwrap_or_default();
-        tracing::info!(subject = %pair.subject, rotate_in = ?wait, "client certificate rotation scheduled");
-        tokio::time::sleep(wait).await;
+        if !std::mem::take(&mut first) {
+            let pair = identity.pair();
+            let at = pair.rotate_at(0.7 + rand::random::<f64>() * 0.2);
+            let wait = at.duration_since(SystemTime::now()).unwrap_or_default();
+            tracing::info!(kind = kind.name(), subject = %pair.subject, rotate_in = ?wait, "certificate rotation scheduled");
+            tokio::time::sleep(wait).await;
+        }
         let mut backoff = Duration::from_secs(1);
         loop {
             let done = async {
-                let pem = csr::obtain(client.clone(), &node, BOOTSTRAP_TIMEOUT).await?;
+                let pem = csr::obtain(client.clone(), &node, &kind, BOOTSTRAP_TIMEOUT).await?;
                 let p = Pair::parse(&pem)?;
-                store::save(&dir, &pem).map_err(|e| format!("{}: {e}", dir.display()))?;
+                store::save(&dir, kind.name(), &pem)
+                    .map_err(|e| format!("{}: {e}", dir.display()))?;
                 identity.set(p)
             }
             .await;
             match done {
                 Ok(()) => {
-                    tracing::info!(expires = ?identity.pair().not_after, "client certificate rotated");
+                    tracing::info!(kind = kind.name(), expires = ?identity.pair().not_after, "certificate rotated");
                     break;
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, retry_in = ?backoff, "client certificate rotation failed");
+                    tracing::warn!(kind = kind.name(), error = %e, retry_in = ?backoff, "certificate rotation failed");
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(128));
                 }

@@ -1,9 +1,10 @@
-//! The kubelet's client certificate on disk and in use: a PEM of the
-//! certificate and its key at `<cert-dir>/kubelet-client-<time>.pem`,
-//! `kubelet-client-current.pem` linking the newest (as the kubelet keeps
-//! them), read back with its validity; and [`Identity`], the client
-//! certificate that every new TLS connection presents, swapped in place
-//! when a new one is issued.
+//! The kubelet's certificates on disk and in use: a PEM of a certificate
+//! and its key at `<cert-dir>/kubelet-<kind>-<time>.pem` (`client` or
+//! `server`), `kubelet-<kind>-current.pem` linking the newest (as the
+//! kubelet keeps them), read back with its validity; and [`Identity`],
+//! the certificate every new TLS connection presents (as a client to the
+//! API server, or as the kubelet API's server), swapped in place when a
+//! new one is issued.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
@@ -12,7 +13,10 @@ use tokio_rustls::rustls;
 use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
-pub const CURRENT: &str = "kubelet-client-current.pem";
+/// `kubelet-<kind>-current.pem`.
+pub fn current(kind: &str) -> String {
+    format!("kubelet-{kind}-current.pem")
+}
 
 /// A certificate chain with its key, and when it is valid.
 #[derive(Debug, Clone)]
@@ -74,22 +78,23 @@ impl Pair {
     }
 }
 
-/// The current pair in `dir`, if any.
-pub fn load_current(dir: &Path) -> Option<Pair> {
-    let pem = std::fs::read_to_string(dir.join(CURRENT)).ok()?;
+/// The current pair of `kind` in `dir`, if any.
+pub fn load_current(dir: &Path, kind: &str) -> Option<Pair> {
+    let pem = std::fs::read_to_string(dir.join(current(kind))).ok()?;
     Pair::parse(&pem).ok()
 }
 
-/// Writes `pem` as a new pair (0600) and points `current` at it.
-pub fn save(dir: &Path, pem: &str) -> std::io::Result<PathBuf> {
+/// Writes `pem` as a new pair of `kind` (0600) and points its current
+/// link at it.
+pub fn save(dir: &Path, kind: &str, pem: &str) -> std::io::Result<PathBuf> {
     use std::os::unix::fs::OpenOptionsExt;
     std::fs::create_dir_all(dir)?;
     let stamp = crate::kubelet::kit::defaults::now()
         .0
         .strftime("%Y-%m-%d-%H-%M-%S")
         .to_string();
-    let file = dir.join(format!("kubelet-client-{stamp}.pem"));
-    let tmp = dir.join(format!(".kubelet-client-{stamp}.pem.tmp"));
+    let file = dir.join(format!("kubelet-{kind}-{stamp}.pem"));
+    let tmp = dir.join(format!(".kubelet-{kind}-{stamp}.pem.tmp"));
     {
         let mut f = std::fs::OpenOptions::new()
             .write(true)
@@ -101,11 +106,11 @@ pub fn save(dir: &Path, pem: &str) -> std::io::Result<PathBuf> {
         f.sync_all()?;
     }
     std::fs::rename(&tmp, &file)?;
-    let link_tmp = dir.join(".kubelet-client-current.tmp");
+    let link_tmp = dir.join(format!(".kubelet-{kind}-current.tmp"));
     let _ = std::fs::remove_file(&link_tmp);
     std::os::unix::fs::symlink(file.file_name().unwrap_or_default(), &link_tmp)?;
-    std::fs::rename(&link_tmp, dir.join(CURRENT))?;
-    Ok(dir.join(CURRENT))
+    std::fs::rename(&link_tmp, dir.join(current(kind)))?;
+    Ok(dir.join(current(kind)))
 }
 
 /// The client certificate new connections present.
@@ -157,6 +162,21 @@ impl rustls::client::ResolvesClientCert for Identity {
     }
 }
 
+impl rustls::server::ResolvesServerCert for Identity {
+    fn resolve(
+        &self,
+        _hello: rustls::server::ClientHello<'_>,
+    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        Some(
+            self.current
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .1
+                .clone(),
+        )
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -182,8 +202,9 @@ mod tests {
         assert_eq!(life, Duration::from_secs(10 * 86400));
         assert_eq!(p.rotate_at(0.8), p.not_before + life.mul_f64(0.8));
         let d = tempfile::tempdir().unwrap();
-        save(d.path(), &p.pem).unwrap();
-        assert_eq!(load_current(d.path()).unwrap().pem, p.pem);
+        save(d.path(), "client", &p.pem).unwrap();
+        assert_eq!(load_current(d.path(), "client").unwrap().pem, p.pem);
+        assert!(load_current(d.path(), "server").is_none());
         let id = Identity::new(p.clone()).unwrap();
         let q = Pair::parse(&pem(21)).unwrap();
         id.set(q.clone()).unwrap();

@@ -11,7 +11,10 @@
 //! ```
 //!
 //! TLS: the `--tls-cert-file`/`--tls-private-key-file` pair, or a
-//! self-signed one made once under `<root>/pki`. Clients authenticate with
+//! self-signed one made once under `<root>/pki`; with
+//! `--rotate-server-certificates`, the certificate the certificate manager
+//! has issued (`<cert-dir>/kubelet-server-current.pem`), swapped in as it
+//! is renewed, the pair above serving until the first is issued. Clients authenticate with
 //! a certificate signed by a `--client-ca-file` CA; a request without one
 //! (or with no CA configured) gets 401, but for `/healthz`. Any
 //! authenticated client may use every endpoint (no SubjectAccessReview).
@@ -20,6 +23,7 @@ pub mod logs;
 pub mod stream;
 
 use crate::kubelet::lifecycle::Ctx;
+use crate::kubelet::managers::certificates::store::{load_current, Identity, Pair};
 use crate::streaming::http::{self, Head};
 use std::io;
 use std::path::Path;
@@ -61,9 +65,33 @@ fn serving_pair(ctx: &Ctx) -> io::Result<(Vec<u8>, Vec<u8>)> {
     Ok((c.into_bytes(), k.into_bytes()))
 }
 
+/// The serving certificate, swappable, and whether the cluster issued it.
+fn serving_identity(ctx: &Ctx) -> io::Result<(Arc<Identity>, bool)> {
+    let invalid = |e: String| io::Error::new(io::ErrorKind::InvalidInput, e);
+    if let Some(p) = load_current(&ctx.settings.cert_dir, "server").filter(|p| p.valid_now()) {
+        return Ok((Arc::new(Identity::new(p).map_err(invalid)?), true));
+    }
+    let (cert, key) = serving_pair(ctx)?;
+    let pem = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&cert).trim_end(),
+        String::from_utf8_lossy(&key)
+    );
+    let p = Pair::parse(&pem).map_err(|e| invalid(format!("serving pair: {e}")))?;
+    Ok((Arc::new(Identity::new(p).map_err(invalid)?), false))
+}
+
+/// A serving certificate the certificate manager keeps: the identity,
+/// and whether one was already issued.
+pub type Serving = Option<(Arc<Identity>, bool)>;
+
 /// The TLS acceptor: serving pair, client certificates optional at the
 /// TLS level (checked against the CA when given), required per request.
-pub fn acceptor(ctx: &Ctx) -> io::Result<tokio_rustls::TlsAcceptor> {
+pub fn acceptor(ctx: &Ctx) -> io::Result<(tokio_rustls::TlsAcceptor, Serving)> {
+    let rotating = match ctx.settings.rotate_server_certificates {
+        true => Some(serving_identity(ctx)?),
+        false => None,
+    };
     let (cert_pem, key_pem) = serving_pair(ctx)?;
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&cert_pem)
         .collect::<Result<_, _>>()
@@ -98,23 +126,26 @@ pub fn acceptor(ctx: &Ctx) -> io::Result<tokio_rustls::TlsAcceptor> {
         }
         None => builder.with_no_client_auth(),
     };
-    let mut cfg = builder
-        .with_single_cert(certs, key)
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("serving pair: {e}")))?;
+    let mut cfg = match &rotating {
+        Some((id, _)) => builder.with_cert_resolver(id.clone()),
+        None => builder.with_single_cert(certs, key).map_err(|e| {
+            io::Error::new(io::ErrorKind::InvalidInput, format!("serving pair: {e}"))
+        })?,
+    };
     cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(tokio_rustls::TlsAcceptor::from(Arc::new(cfg)))
+    Ok((tokio_rustls::TlsAcceptor::from(Arc::new(cfg)), rotating))
 }
 
 /// Binds the kubelet API (an error if the port is taken) and serves it
 /// until the task is aborted.
-pub async fn start(ctx: Arc<Ctx>) -> io::Result<tokio::task::JoinHandle<()>> {
-    let tls = acceptor(&ctx)?;
+pub async fn start(ctx: Arc<Ctx>) -> io::Result<(tokio::task::JoinHandle<()>, Serving)> {
+    let (tls, serving) = acceptor(&ctx)?;
     let addr = format!("{}:{}", ctx.settings.address, ctx.settings.port);
     let l = tokio::net::TcpListener::bind(&addr)
         .await
         .map_err(|e| io::Error::new(e.kind(), format!("kubelet API on {addr}: {e}")))?;
     tracing::info!(address = %addr, "kubelet API listening");
-    Ok(tokio::spawn(async move {
+    let task = tokio::spawn(async move {
         loop {
             let Ok((c, peer)) = l.accept().await else {
                 continue;
@@ -136,7 +167,8 @@ pub async fn start(ctx: Arc<Ctx>) -> io::Result<tokio::task::JoinHandle<()>> {
                 }
             });
         }
-    }))
+    });
+    Ok((task, serving))
 }
 
 /// A request's path split off its query, query decoded.
