@@ -335,6 +335,22 @@ async fn disk_pressure_frees_images_then_evicts_the_lowest_qos_pod() {
     })
     .await;
     assert!(!node_events(&env, "EvictionThresholdMet").is_empty());
+    // Under pressure a new pod is refused, as the kubelet's admission does.
+    pod(
+        &env,
+        "late",
+        json!({"containers": [sleeper(&env, "app", json!({}))]}),
+    );
+    let late = env
+        .wait(&env.pod_path("late"), "the late pod refused", 30, |v| {
+            v["status"]["phase"] == "Failed"
+        })
+        .await;
+    assert_eq!(late["status"]["reason"], "Evicted");
+    assert_eq!(
+        late["status"]["message"],
+        "The node had condition: [DiskPressure]."
+    );
     // Pressure gone: the condition clears after the transition period.
     std::fs::remove_file(fs.path().join("fill")).unwrap();
     env.wait(&node, "no DiskPressure", 30, |v| {

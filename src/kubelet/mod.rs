@@ -304,7 +304,15 @@ pub async fn run(
                     match u.op {
                         Op::Add | Op::Update => {
                             tracing::info!(pod = %defaults::full_name(&u.pod), pod_uid = %uid, op = ?u.op, source = %u.source, "pod update");
+                            let new = pods.get(&uid).is_none() && ctx.status.get(&uid).is_none();
                             pods.upsert(&uid, u.pod.clone(), &u.source);
+                            // A pod new to this node is admitted by eviction
+                            // too (refused under pressure).
+                            if new && u.op == Op::Add {
+                                if let Err(r) = ctx.eviction.admit(&u.pod) {
+                                    pods.reject(&uid, r);
+                                }
+                            }
                             sync(&mut workers, &pods, &uid);
                         }
                         Op::Reconcile => pods.reconcile(&uid, u.pod.clone()),

@@ -33,6 +33,13 @@ impl PodManager {
         &self.pods[uid]
     }
 
+    /// Refuses an admitted pod (a node-level admission: eviction's pressure).
+    pub fn reject(&mut self, uid: &str, r: Rejection) {
+        if let Some(d) = self.pods.get_mut(uid) {
+            d.rejection.get_or_insert(r);
+        }
+    }
+
     /// Replaces a pod's object without a new admission (status-only changes).
     pub fn reconcile(&mut self, uid: &str, pod: Arc<Pod>) {
         if let Some(d) = self.pods.get_mut(uid) {

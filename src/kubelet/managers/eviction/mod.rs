@@ -24,6 +24,7 @@ use crate::kubelet::kit::defaults;
 use crate::kubelet::kit::node_config::{Eviction, Signal, Threshold};
 use crate::kubelet::kit::recorder::{Recorder, WARNING};
 use crate::kubelet::kit::runtime::Cri;
+use crate::kubelet::pods::admission::Rejection;
 use k8s_openapi::api::core::v1::Pod;
 use rank::Candidate;
 use std::collections::{HashMap, HashSet};
@@ -108,6 +109,14 @@ impl EvictionManager {
             .filter(|(_, t)| t.elapsed() < self.cfg.transition)
             .map(|(c, _)| *c)
             .collect()
+    }
+
+    /// The eviction manager's admission of a new pod, as the kubelet's:
+    /// under MemoryPressure alone only BestEffort pods (that do not
+    /// tolerate `node.kubernetes.io/memory-pressure`) are refused; under
+    /// any other pressure every pod is; critical pods never.
+    pub fn admit(&self, pod: &Pod) -> Result<(), Rejection> {
+        admit_under(&self.conditions(), pod)
     }
 
     /// The pod's eviction, if it was evicted.
@@ -283,6 +292,33 @@ impl EvictionManager {
     }
 }
 
+fn admit_under(conditions: &HashSet<&'static str>, pod: &Pod) -> Result<(), Rejection> {
+    if conditions.is_empty() || rank::is_critical(pod) {
+        return Ok(());
+    }
+    if conditions.len() == 1 && conditions.contains("MemoryPressure") {
+        let tolerates = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.tolerations.as_ref())
+            .is_some_and(|ts| {
+                ts.iter().any(|t| {
+                    t.key.as_deref() == Some("node.kubernetes.io/memory-pressure")
+                        || (t.key.is_none() && t.operator.as_deref() == Some("Exists"))
+                })
+            });
+        if defaults::qos_class(pod) != "BestEffort" || tolerates {
+            return Ok(());
+        }
+    }
+    let mut c: Vec<&str> = conditions.iter().copied().collect();
+    c.sort();
+    Err(Rejection {
+        reason: "Evicted".into(),
+        message: format!("The node had condition: [{}].", c.join(", ")),
+    })
+}
+
 /// The kubelet's eviction message.
 fn message(signal: Signal, amount: i64, available: i64, usage: i64, pod: &Pod) -> String {
     let mut m = format!(
@@ -300,4 +336,38 @@ fn message(signal: Signal, amount: i64, available: i64, usage: i64, pod: &Pod) -
         ));
     }
     m
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn pod(spec: &str) -> Pod {
+        let mut p: Pod = serde_yaml::from_str(&format!(
+            "metadata: {{name: p, uid: u, annotations: {{kubernetes.io/config.source: api}}}}\nspec:\n{spec}"
+        ))
+        .unwrap();
+        defaults::apply(&mut p);
+        p
+    }
+
+    #[test]
+    fn pressure_refuses_new_pods_as_the_kubelet_does() {
+        let be = pod("  containers: [{name: c, image: i}]\n");
+        let g = pod(
+            "  containers: [{name: c, image: i, resources: {limits: {cpu: 1, memory: 1Gi}}}]\n",
+        );
+        let tol = pod("  tolerations: [{key: node.kubernetes.io/memory-pressure, operator: Exists, effect: NoSchedule}]\n  containers: [{name: c, image: i}]\n");
+        let none = HashSet::new();
+        assert!(admit_under(&none, &be).is_ok());
+        let mem = HashSet::from(["MemoryPressure"]);
+        let r = admit_under(&mem, &be).unwrap_err();
+        assert_eq!(r.reason, "Evicted");
+        assert_eq!(r.message, "The node had condition: [MemoryPressure].");
+        assert!(admit_under(&mem, &g).is_ok());
+        assert!(admit_under(&mem, &tol).is_ok());
+        let disk = HashSet::from(["DiskPressure"]);
+        assert!(admit_under(&disk, &g).is_err());
+    }
 }
