@@ -179,31 +179,37 @@ async fn unused_image(env: &Env, mb: usize) -> String {
     name
 }
 
+/// husk serve with its root on a 160 MiB tmpfs the test can fill, and a
+/// kubelet with `args`; the environment goes before the tmpfs.
+async fn on_tmpfs(args: &[&str]) -> (Tmpfs, Env) {
+    let fs = Tmpfs::new("160m");
+    let root = fs.path().join("root").display().to_string();
+    let env = env_full(
+        TOKEN,
+        vec!["--root".into(), root],
+        args.iter().map(|a| a.to_string()).collect(),
+    )
+    .await;
+    (fs, env)
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn image_gc_frees_unused_images_and_says_when_it_cannot() {
     if !require_root() {
         return;
     }
-    let fs = Tmpfs::new("160m");
-    let env = env_full(
-        TOKEN,
-        vec![
-            "--root".into(),
-            fs.path().join("root").display().to_string(),
-        ],
-        vec![
-            "--eviction-hard".into(),
-            "".into(),
-            "--image-gc-high-threshold".into(),
-            "60".into(),
-            "--image-gc-low-threshold".into(),
-            "10".into(),
-            "--image-gc-period".into(),
-            "1s".into(),
-            "--minimum-image-ttl-duration".into(),
-            "0s".into(),
-        ],
-    )
+    let (fs, env) = on_tmpfs(&[
+        "--eviction-hard",
+        "",
+        "--image-gc-high-threshold",
+        "60",
+        "--image-gc-low-threshold",
+        "10",
+        "--image-gc-period",
+        "1s",
+        "--minimum-image-ttl-duration",
+        "0s",
+    ])
     .await;
     pod(
         &env,
@@ -263,26 +269,18 @@ async fn disk_pressure_frees_images_then_evicts_the_lowest_qos_pod() {
     if !require_root() {
         return;
     }
-    let fs = Tmpfs::new("160m");
-    let env = env_full(
-        TOKEN,
-        vec![
-            "--root".into(),
-            fs.path().join("root").display().to_string(),
-        ],
-        vec![
-            "--eviction-hard".into(),
-            "imagefs.available<40%".into(),
-            "--eviction-monitoring-period".into(),
-            "1s".into(),
-            "--eviction-pressure-transition-period".into(),
-            "3s".into(),
-            "--image-gc-high-threshold".into(),
-            "100".into(),
-            "--minimum-image-ttl-duration".into(),
-            "0s".into(),
-        ],
-    )
+    let (fs, env) = on_tmpfs(&[
+        "--eviction-hard",
+        "imagefs.available<40%",
+        "--eviction-monitoring-period",
+        "1s",
+        "--eviction-pressure-transition-period",
+        "3s",
+        "--image-gc-high-threshold",
+        "100",
+        "--minimum-image-ttl-duration",
+        "0s",
+    ])
     .await;
     let lim = json!({"limits": {"cpu": "100m", "memory": "32Mi"}});
     let g = pod(

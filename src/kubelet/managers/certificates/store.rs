@@ -135,6 +135,14 @@ impl Identity {
             .clone()
     }
 
+    fn key(&self) -> Arc<rustls::sign::CertifiedKey> {
+        self.current
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .1
+            .clone()
+    }
+
     pub fn set(&self, p: Pair) -> Result<(), String> {
         let k = p.certified_key()?;
         *self.current.write().unwrap_or_else(|e| e.into_inner()) = (p, k);
@@ -148,13 +156,7 @@ impl rustls::client::ResolvesClientCert for Identity {
         _root_hint_subjects: &[&[u8]],
         _sigschemes: &[rustls::SignatureScheme],
     ) -> Option<Arc<rustls::sign::CertifiedKey>> {
-        Some(
-            self.current
-                .read()
-                .unwrap_or_else(|e| e.into_inner())
-                .1
-                .clone(),
-        )
+        Some(self.key())
     }
 
     fn has_certs(&self) -> bool {
@@ -167,13 +169,7 @@ impl rustls::server::ResolvesServerCert for Identity {
         &self,
         _hello: rustls::server::ClientHello<'_>,
     ) -> Option<Arc<rustls::sign::CertifiedKey>> {
-        Some(
-            self.current
-                .read()
-                .unwrap_or_else(|e| e.into_inner())
-                .1
-                .clone(),
-        )
+        Some(self.key())
     }
 }
 
