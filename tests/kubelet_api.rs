@@ -2,7 +2,8 @@
 //! stand-in API server (tests/common/apiserver.rs) and a real `husk
 //! serve`: node registration, Lease heartbeats and node status; pods bound
 //! to the node run, their status patched back (only on change) with
-//! events; graceful deletion ends with the API object deleted; static
+//! events; graceful deletion ends with the API object deleted (also when
+//! the kubelet was down as it began); static
 //! pods get mirror pods; watches that break, 410 Gone, an unreachable
 //! server and wrong credentials are survived without a restart.
 #![allow(clippy::unwrap_used)]
@@ -194,6 +195,28 @@ async fn api_pods_run_report_status_and_delete_gracefully() {
         "{}",
         tail(&e.k.log(), 30)
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pod_deleted_while_the_kubelet_is_down_is_finished_after_its_restart() {
+    if !common::require_root() {
+        return;
+    }
+    let mut env = env().await;
+    env.create("gone", env.sleeper());
+    let uid = env.running_and_ready("gone").await["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    env.k.kill9();
+    env.api.s.delete(&env.pod_path("gone"), Some(5));
+    assert!(
+        env.api.s.get(&env.pod_path("gone")).unwrap()["metadata"]["deletionTimestamp"].is_string()
+    );
+    env.k.spawn();
+    // The restarted kubelet tears it down and then deletes the object.
+    env.wait_gone(&env.pod_path("gone"), 60).await;
+    assert_eq!(sandboxes(&env.p.h.endpoint(), &uid).await, 0);
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -247,3 +247,134 @@ async fn the_kubelet_api_serves_the_certificate_the_cluster_issues() {
         .unwrap()
         .contains("BEGIN CERTIFICATE"));
 }
+
+type Seen = std::sync::Arc<std::sync::Mutex<Vec<Vec<u8>>>>;
+
+/// A TLS front for the stand-in on `listener`: a server certificate for
+/// 127.0.0.1 from `ca`, client certificates from `ca` optional (the
+/// bootstrap token comes without one), TLS sessions resumable as a real
+/// API server's are; each connection's client certificate (empty: none)
+/// goes to `seen`.
+fn tls_front(
+    ca: &rcgen::CertifiedIssuer<'static, rcgen::KeyPair>,
+    listener: std::net::TcpListener,
+    upstream: u16,
+    seen: Seen,
+) {
+    use tokio_rustls::rustls;
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()])
+        .unwrap()
+        .signed_by(&key, ca)
+        .unwrap();
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca.as_ref().der().clone()).unwrap();
+    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+        std::sync::Arc::new(roots),
+        provider.clone(),
+    )
+    .allow_unauthenticated()
+    .build()
+    .unwrap();
+    let cfg = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(
+            vec![cert.der().clone()],
+            rustls::pki_types::PrivateKeyDer::try_from(key.serialize_der()).unwrap(),
+        )
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(cfg));
+    listener.set_nonblocking(true).unwrap();
+    let l = tokio::net::TcpListener::from_std(listener).unwrap();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = l.accept().await {
+            let (acceptor, seen) = (acceptor.clone(), seen.clone());
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let peer = tls
+                    .get_ref()
+                    .1
+                    .peer_certificates()
+                    .and_then(|c| c.first())
+                    .map(|c| c.to_vec())
+                    .unwrap_or_default();
+                seen.lock().unwrap().push(peer);
+                let Ok(mut up) = tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await
+                else {
+                    return;
+                };
+                let _ = tokio::io::copy_bidirectional(&mut tls, &mut up).await;
+            });
+        }
+    });
+}
+
+fn first_cert_der(pem: &str) -> Vec<u8> {
+    use tokio_rustls::rustls::pki_types::{pem::PemObject, CertificateDer};
+    CertificateDer::pem_slice_iter(pem.as_bytes())
+        .next()
+        .unwrap()
+        .unwrap()
+        .to_vec()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rotated_certificate_is_what_new_connections_present() {
+    if !require_root() {
+        return;
+    }
+    use base64::Engine;
+    let ca = std::sync::Arc::new(test_ca());
+    let seen: Seen = Default::default();
+    let (front_ca, front_seen) = (ca.clone(), seen.clone());
+    let env = env_bootstrap_via(
+        move |upstream| {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let port = l.local_addr().unwrap().port();
+            tls_front(&front_ca, l, upstream, front_seen);
+            let ca_b64 = base64::engine::general_purpose::STANDARD.encode(front_ca.as_ref().pem());
+            kubeconfig_text("https", port, TOKEN, &ca_b64)
+        },
+        vec!["--rotate-certificates".into()],
+    )
+    .await;
+    env.api
+        .s
+        .certificate_clients
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    wait_until("the bootstrap CSR", &env, 60, || {
+        !sign_pending(&env, &ca, 30).is_empty()
+    })
+    .await;
+    let current = env.k.root().join("pki/kubelet-client-current.pem");
+    env.wait(&env.node_path(), "the Node registered", 60, |_| true)
+        .await;
+    let first = first_cert_der(&std::fs::read_to_string(&current).unwrap());
+    wait_until("the first certificate presented", &env, 30, || {
+        seen.lock().unwrap().contains(&first)
+    })
+    .await;
+    wait_until("the renewal CSR", &env, 60, || {
+        !sign_pending(&env, &ca, 3600).is_empty()
+    })
+    .await;
+    let mut second = Vec::new();
+    wait_until("the renewed certificate saved", &env, 30, || {
+        second = std::fs::read_to_string(&current)
+            .map(|p| first_cert_der(&p))
+            .unwrap_or_default();
+        !second.is_empty() && second != first
+    })
+    .await;
+    // Not a pooled connection, nor a resumed session: the API server
+    // sees the new certificate.
+    wait_until("the renewed certificate presented", &env, 30, || {
+        seen.lock().unwrap().contains(&second)
+    })
+    .await;
+}

@@ -42,19 +42,51 @@ pub async fn env_with(token: &str, extra: Vec<String>) -> Env {
 
 /// `env_with`, with flags for husk serve too.
 pub async fn env_full(token: &str, husk_args: Vec<String>, extra: Vec<String>) -> Env {
-    start_env(token, husk_args, false, extra).await
+    start_env(token, husk_args, None, extra).await
 }
 
 /// A kubelet that joins by TLS bootstrap: `--bootstrap-kubeconfig` holds
 /// the token, `--kubeconfig` (`<dir>/kubelet.conf`) does not exist yet.
 pub async fn env_bootstrap(extra: Vec<String>) -> Env {
-    start_env(TOKEN, vec![], true, extra).await
+    start_env(
+        TOKEN,
+        vec![],
+        Some(Box::new(|port| kubeconfig_text("http", port, TOKEN, ""))),
+        extra,
+    )
+    .await
 }
 
+/// `env_bootstrap` with the bootstrap kubeconfig `front` writes for the
+/// stand-in's port (a TLS front of the test's own, say).
+pub async fn env_bootstrap_via(
+    front: impl FnOnce(u16) -> String + 'static,
+    extra: Vec<String>,
+) -> Env {
+    start_env(TOKEN, vec![], Some(Box::new(front)), extra).await
+}
+
+/// A kubeconfig for `scheme://127.0.0.1:port` with a bearer token and,
+/// if given, a CA (base64 PEM).
+pub fn kubeconfig_text(scheme: &str, port: u16, token: &str, ca_b64: &str) -> String {
+    let ca = if ca_b64.is_empty() {
+        String::new()
+    } else {
+        format!(", certificate-authority-data: '{ca_b64}'")
+    };
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: '{scheme}://127.0.0.1:{port}'{ca}}}\nusers:\n- name: u\n  user: {{token: '{token}'}}\ncontexts:\n- name: x\n  context: {{cluster: c, user: u}}\ncurrent-context: x\n"
+    )
+}
+
+type Front = Box<dyn FnOnce(u16) -> String>;
+
+/// The environment; with `bootstrap`, the kubelet joins by TLS bootstrap
+/// with the kubeconfig it writes.
 async fn start_env(
     token: &str,
     husk_args: Vec<String>,
-    bootstrap: bool,
+    bootstrap: Option<Front>,
     extra: Vec<String>,
 ) -> Env {
     let p = pod::setup_with(vec![], "/usr/lib/cni", husk_args).await;
@@ -65,15 +97,20 @@ async fn start_env(
     let api = apiserver::start(TOKEN).await;
     let dir = tempfile::tempdir().unwrap();
     let kc = dir.path().join("kubeconfig");
-    std::fs::write(&kc, api.kubeconfig(token)).unwrap();
     let mut args = match bootstrap {
-        false => vec!["--kubeconfig".into(), kc.display().to_string()],
-        true => vec![
-            "--kubeconfig".into(),
-            dir.path().join("kubelet.conf").display().to_string(),
-            "--bootstrap-kubeconfig".into(),
-            kc.display().to_string(),
-        ],
+        None => {
+            std::fs::write(&kc, api.kubeconfig(token)).unwrap();
+            vec!["--kubeconfig".into(), kc.display().to_string()]
+        }
+        Some(f) => {
+            std::fs::write(&kc, f(api.port)).unwrap();
+            vec![
+                "--kubeconfig".into(),
+                dir.path().join("kubelet.conf").display().to_string(),
+                "--bootstrap-kubeconfig".into(),
+                kc.display().to_string(),
+            ]
+        }
     };
     args.extend([
         "--node-ip".into(),

@@ -349,6 +349,6 @@ async fn terminate_pod(ctx: &Ctx, pod: &Pod) {
     ctx.eviction.forget(&uid);
     ctx.objects.forget_pod(&uid);
     ctx.reasons.remove_pod(&uid);
-    ctx.status.remove(&uid);
+    ctx.status.remove(&uid, &deleting);
     tracing::info!(pod = %defaults::full_name(pod), "pod removed");
 }

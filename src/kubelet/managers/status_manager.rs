@@ -250,11 +250,16 @@ impl StatusManager {
         }
     }
 
-    /// Forgets a pod that is gone from the node, deleting its file.
-    pub fn remove(&self, uid: &str) {
+    /// Forgets a pod that is gone from the node, deleting its file; the
+    /// API server hears of it even when no status was kept (a pod deleted
+    /// while the kubelet was down, torn down by the restarted one).
+    pub fn remove(&self, uid: &str, pod: &Pod) {
         let (e, shared) = {
             let mut pods = self.lock();
             let Some(e) = pods.remove(uid) else {
+                if let Some(api) = &self.api {
+                    let _ = api.send(Msg::Removed(Arc::new(pod.clone())));
+                }
                 return;
             };
             let name = defaults::full_name(&e.pod);

@@ -117,6 +117,9 @@ pub fn save(dir: &Path, kind: &str, pem: &str) -> std::io::Result<PathBuf> {
 #[derive(Debug)]
 pub struct Identity {
     current: RwLock<(Pair, Arc<rustls::sign::CertifiedKey>)>,
+    /// Bumped by every [`Identity::set`]: connections made under an
+    /// older one are not to be reused.
+    generation: std::sync::atomic::AtomicU64,
 }
 
 impl Identity {
@@ -124,7 +127,12 @@ impl Identity {
         let k = p.certified_key()?;
         Ok(Identity {
             current: RwLock::new((p, k)),
+            generation: std::sync::atomic::AtomicU64::new(0),
         })
+    }
+
+    pub fn generation(&self) -> u64 {
+        self.generation.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     pub fn pair(&self) -> Pair {
@@ -146,6 +154,8 @@ impl Identity {
     pub fn set(&self, p: Pair) -> Result<(), String> {
         let k = p.certified_key()?;
         *self.current.write().unwrap_or_else(|e| e.into_inner()) = (p, k);
+        self.generation
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         Ok(())
     }
 }
@@ -203,8 +213,10 @@ mod tests {
         assert!(load_current(d.path(), "server").is_none());
         let id = Identity::new(p.clone()).unwrap();
         let q = Pair::parse(&pem(21)).unwrap();
+        assert_eq!(id.generation(), 0);
         id.set(q.clone()).unwrap();
         assert_eq!(id.pair().not_after, q.not_after);
+        assert_eq!(id.generation(), 1);
         assert!(Pair::parse("not a pem").is_err());
     }
 }
