@@ -356,21 +356,7 @@ async fn disk_pressure_frees_images_then_evicts_the_lowest_qos_pod() {
     })
     .await;
     // The evicted pod's containers are stopped, not restarted.
-    let mut rt = env.p.h.runtime().await;
-    let running = rt
-        .list_containers(ListContainersRequest {
-            filter: Some(ContainerFilter {
-                label_selector: [("io.kubernetes.pod.uid".to_string(), uid(&be))].into(),
-                state: Some(ContainerStateValue {
-                    state: ContainerState::ContainerRunning as i32,
-                }),
-                ..Default::default()
-            }),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .containers;
+    let running = running_containers(&env, &uid(&be)).await;
     assert!(running.is_empty(), "evicted pod still runs {running:?}");
 }
 

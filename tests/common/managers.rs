@@ -91,15 +91,15 @@ pub async fn wait_until(what: &str, env: &Env, secs: u64, mut f: impl FnMut() ->
     }
 }
 
-pub async fn container_id(env: &Env, pod_uid: &str, name: &str) -> String {
+/// The pod's running containers in husk serve.
+pub async fn running_containers(env: &Env, pod_uid: &str) -> Vec<Container> {
     let mut rt = env.p.h.runtime().await;
     rt.list_containers(ListContainersRequest {
         filter: Some(ContainerFilter {
-            label_selector: [
-                ("io.kubernetes.pod.uid".to_string(), pod_uid.to_string()),
-                ("io.kubernetes.container.name".to_string(), name.to_string()),
-            ]
-            .into(),
+            label_selector: [("io.kubernetes.pod.uid".to_string(), pod_uid.to_string())].into(),
+            state: Some(ContainerStateValue {
+                state: ContainerState::ContainerRunning as i32,
+            }),
             ..Default::default()
         }),
     })
@@ -107,10 +107,15 @@ pub async fn container_id(env: &Env, pod_uid: &str, name: &str) -> String {
     .unwrap()
     .into_inner()
     .containers
-    .into_iter()
-    .find(|c| c.state == ContainerState::ContainerRunning as i32)
-    .unwrap()
-    .id
+}
+
+pub async fn container_id(env: &Env, pod_uid: &str, name: &str) -> String {
+    running_containers(env, pod_uid)
+        .await
+        .into_iter()
+        .find(|c| c.metadata.as_ref().is_some_and(|m| m.name == name))
+        .unwrap()
+        .id
 }
 
 pub async fn pod_cgroups_bound_the_pods_containers_together() {
