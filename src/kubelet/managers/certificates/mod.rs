@@ -205,7 +205,10 @@ pub async fn rotate(
             .await;
             match done {
                 Ok(()) => {
-                    tracing::info!(kind = kind.name(), expires = ?identity.pair().not_after, "certificate rotated");
+                    let expires = k8s_openapi::jiff::Timestamp::try_from(identity.pair().not_after)
+                        .map(|t| t.to_string())
+                        .unwrap_or_default();
+                    tracing::info!(kind = kind.name(), %expires, "certificate rotated");
                     break;
                 }
                 Err(e) => {

@@ -11,7 +11,7 @@
 //! ```
 //!
 //! TLS: the `--tls-cert-file`/`--tls-private-key-file` pair, or a
-//! self-signed one made once under `<root>/pki`; with
+//! self-signed one made once in `--cert-dir`; with
 //! `--rotate-server-certificates`, the certificate the certificate manager
 //! has issued (`<cert-dir>/kubelet-server-current.pem`), swapped in as it
 //! is renewed, the pair above serving until the first is issued. Clients authenticate with
@@ -41,13 +41,13 @@ fn bad(what: &str, path: &Path, e: impl std::fmt::Display) -> io::Error {
 }
 
 /// The serving certificate and key (PEM): the given files, or a
-/// self-signed pair kept in `<root>/pki`.
+/// self-signed pair kept in `--cert-dir` (`<root>/pki` by default).
 fn serving_pair(ctx: &Ctx) -> io::Result<(Vec<u8>, Vec<u8>)> {
     let s = &ctx.settings;
     if let (Some(c), Some(k)) = (&s.tls_cert_file, &s.tls_private_key_file) {
         return Ok((std::fs::read(c)?, std::fs::read(k)?));
     }
-    let dir = s.root.join("pki");
+    let dir = &s.cert_dir;
     let (cert, key) = (dir.join("kubelet.crt"), dir.join("kubelet.key"));
     if let (Ok(c), Ok(k)) = (std::fs::read(&cert), std::fs::read(&key)) {
         return Ok((c, k));
@@ -56,7 +56,7 @@ fn serving_pair(ctx: &Ctx) -> io::Result<(Vec<u8>, Vec<u8>)> {
     names.extend(s.node_ip.clone());
     let ck = rcgen::generate_simple_self_signed(names)
         .map_err(|e| io::Error::other(format!("self-signed certificate: {e}")))?;
-    std::fs::create_dir_all(&dir)?;
+    std::fs::create_dir_all(dir)?;
     let (c, k) = (ck.cert.pem(), ck.signing_key.serialize_pem());
     std::fs::write(&cert, &c)?;
     std::fs::write(&key, &k)?;
