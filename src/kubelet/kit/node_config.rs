@@ -343,10 +343,7 @@ impl Capacity {
                 .unwrap_or(1)
                 * 1000,
             memory: super::settings::meminfo_bytes(&meminfo, "MemTotal:"),
-            pids: std::fs::read_to_string("/proc/sys/kernel/pid_max")
-                .ok()
-                .and_then(|t| t.trim().parse().ok())
-                .unwrap_or(32768),
+            pids: pid_max(),
             ephemeral_storage: rustix::fs::statvfs(root)
                 .map(|s| (s.f_blocks * s.f_frsize) as i64)
                 .unwrap_or(0),
@@ -373,6 +370,14 @@ impl Capacity {
             .max(0),
         }
     }
+}
+
+/// `kernel.pid_max`: the node's PID capacity.
+pub fn pid_max() -> i64 {
+    std::fs::read_to_string("/proc/sys/kernel/pid_max")
+        .ok()
+        .and_then(|t| t.trim().parse().ok())
+        .unwrap_or(32768)
 }
 
 /// Reservations larger than the capacity: the kubelet refuses to start.

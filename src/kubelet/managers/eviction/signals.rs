@@ -51,10 +51,7 @@ pub fn observe(root: &Path, image_fs: Option<&str>) -> Observations {
         Signal::ImageFsAvailable,
         Signal::ImageFsInodesFree,
     );
-    let pid_max: i64 = std::fs::read_to_string("/proc/sys/kernel/pid_max")
-        .ok()
-        .and_then(|t| t.trim().parse().ok())
-        .unwrap_or(32768);
+    let pid_max = crate::kubelet::kit::node_config::pid_max();
     let procs = std::fs::read_dir("/proc")
         .map(|d| {
             d.flatten()

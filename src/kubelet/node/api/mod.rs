@@ -31,7 +31,7 @@ use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio_rustls::rustls;
 use tokio_rustls::rustls::pki_types::pem::PemObject;
-use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio_rustls::rustls::pki_types::CertificateDer;
 
 fn bad(what: &str, path: &Path, e: impl std::fmt::Display) -> io::Error {
     io::Error::new(
@@ -65,10 +65,16 @@ fn serving_pair(ctx: &Ctx) -> io::Result<(Vec<u8>, Vec<u8>)> {
     Ok((c.into_bytes(), k.into_bytes()))
 }
 
-/// The serving certificate, swappable, and whether the cluster issued it.
-fn serving_identity(ctx: &Ctx) -> io::Result<(Arc<Identity>, bool)> {
+/// The serving certificate behind a swappable identity, and whether the
+/// cluster issued it: with `rotating`, the current issued one when valid;
+/// otherwise the given or self-signed pair.
+fn serving_identity(ctx: &Ctx, rotating: bool) -> io::Result<(Arc<Identity>, bool)> {
     let invalid = |e: String| io::Error::new(io::ErrorKind::InvalidInput, e);
-    if let Some(p) = load_current(&ctx.settings.cert_dir, "server").filter(|p| p.valid_now()) {
+    let issued = rotating
+        .then(|| load_current(&ctx.settings.cert_dir, "server"))
+        .flatten()
+        .filter(|p| p.valid_now());
+    if let Some(p) = issued {
         return Ok((Arc::new(Identity::new(p).map_err(invalid)?), true));
     }
     let (cert, key) = serving_pair(ctx)?;
@@ -87,22 +93,11 @@ pub type Serving = Option<(Arc<Identity>, bool)>;
 
 /// The TLS acceptor: serving pair, client certificates optional at the
 /// TLS level (checked against the CA when given), required per request.
+/// The certificate the manager keeps (`--rotate-server-certificates`) is
+/// returned with it.
 pub fn acceptor(ctx: &Ctx) -> io::Result<(tokio_rustls::TlsAcceptor, Serving)> {
-    let rotating = match ctx.settings.rotate_server_certificates {
-        true => Some(serving_identity(ctx)?),
-        false => None,
-    };
-    let (cert_pem, key_pem) = serving_pair(ctx)?;
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&cert_pem)
-        .collect::<Result<_, _>>()
-        .map_err(|e| {
-            io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("serving certificate: {e}"),
-            )
-        })?;
-    let key = PrivateKeyDer::from_pem_slice(&key_pem)
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("serving key: {e}")))?;
+    let rotating = ctx.settings.rotate_server_certificates;
+    let (identity, issued) = serving_identity(ctx, rotating)?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
@@ -126,14 +121,10 @@ pub fn acceptor(ctx: &Ctx) -> io::Result<(tokio_rustls::TlsAcceptor, Serving)> {
         }
         None => builder.with_no_client_auth(),
     };
-    let mut cfg = match &rotating {
-        Some((id, _)) => builder.with_cert_resolver(id.clone()),
-        None => builder.with_single_cert(certs, key).map_err(|e| {
-            io::Error::new(io::ErrorKind::InvalidInput, format!("serving pair: {e}"))
-        })?,
-    };
+    let mut cfg = builder.with_cert_resolver(identity.clone());
     cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok((tokio_rustls::TlsAcceptor::from(Arc::new(cfg)), rotating))
+    let serving = rotating.then_some((identity, issued));
+    Ok((tokio_rustls::TlsAcceptor::from(Arc::new(cfg)), serving))
 }
 
 /// Binds the kubelet API (an error if the port is taken) and serves it
