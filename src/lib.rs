@@ -10,6 +10,7 @@ pub mod cgroup;
 pub mod cli;
 pub mod config;
 pub mod container;
+pub mod dbus;
 pub mod error;
 pub mod events;
 pub mod idmap;

@@ -87,7 +87,15 @@ async fn bad_settings_refuse_the_start_and_make_nothing() {
         return;
     }
     let p = common::pod::setup(vec![]).await;
-    let cases: [(&[&str], &str); 7] = [
+    // The systemd driver is refused where it cannot work: on a v1 host,
+    // or where systemd is not reachable over D-Bus.
+    let no_systemd = if Layout::host().is_v2() {
+        "systemd is not reachable over D-Bus"
+    } else {
+        "--cgroup-driver systemd needs a cgroup v2 host"
+    };
+    let cases: [(&[&str], &str); 8] = [
+        (&["--cgroup-driver", "systemd"], no_systemd),
         (
             &["--eviction-hard", "memory.free<1Gi"],
             "unknown eviction signal",

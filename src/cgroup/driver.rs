@@ -217,6 +217,32 @@ pub fn expand_slice(slice: &str) -> String {
     path
 }
 
+/// The slice name of a cgroupfs-style path, as the kubelet's systemd
+/// driver names it: `/kubepods/burstable/pod<uid>` →
+/// `kubepods-burstable-pod<uid>.slice`, dashes within a part turned into
+/// underscores; a path already ending in a slice (`/system.slice`) is
+/// that slice; `/` is the root slice `-.slice`.
+pub fn slice_name(path: &str) -> String {
+    let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
+    match parts.last() {
+        None => "-.slice".into(),
+        Some(last) if last.ends_with(".slice") => last.to_string(),
+        Some(_) => {
+            let escaped: Vec<String> = parts.iter().map(|p| p.replace('-', "_")).collect();
+            format!("{}.slice", escaped.join("-"))
+        }
+    }
+}
+
+/// The slice a slice lives in: `a-b.slice` → `a.slice`, `a.slice` → `-.slice`.
+pub fn parent_slice(name: &str) -> String {
+    let stem = name.strip_suffix(".slice").unwrap_or(name);
+    match stem.rsplit_once('-') {
+        Some((p, _)) if !p.is_empty() => format!("{p}.slice"),
+        _ => "-.slice".into(),
+    }
+}
+
 /// The directory (from the hierarchy's root) of an OCI cgroups path:
 /// itself for a cgroupfs path, the scope's place for `slice:prefix:name`.
 pub fn fs_path(cgroups_path: &str) -> Cow<'_, str> {
@@ -342,5 +368,17 @@ mod tests {
             .expect_err("typo")
             .contains("not one of"));
         assert_eq!(Driver::resolve("cgroupfs", &v2), Ok(Driver::Cgroupfs));
+    }
+    #[test]
+    fn slices_are_named_as_the_kubelet_names_them() {
+        assert_eq!(slice_name("/kubepods"), "kubepods.slice");
+        assert_eq!(
+            slice_name("/kubepods/burstable/pod1a-2b"),
+            "kubepods-burstable-pod1a_2b.slice"
+        );
+        assert_eq!(slice_name("/"), "-.slice");
+        assert_eq!(slice_name("/system.slice"), "system.slice");
+        assert_eq!(parent_slice("kubepods-burstable.slice"), "kubepods.slice");
+        assert_eq!(parent_slice("kubepods.slice"), "-.slice");
     }
 }

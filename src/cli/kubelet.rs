@@ -29,6 +29,10 @@ pub struct CommonFlags {
     /// Parent cgroup of the pods (<root>/<qos>/pod<uid>); "" for none.
     #[arg(long, default_value = "/kubepods")]
     pub cgroup_root: String,
+    /// Who makes the pod cgroups: cgroupfs (this kubelet writes them) or
+    /// systemd (slice units); it must match the runtime's driver.
+    #[arg(long, default_value = "cgroupfs", value_parser = ["cgroupfs", "systemd"])]
+    pub cgroup_driver: String,
     /// Cluster DNS servers for dnsPolicy ClusterFirst (comma-separated).
     #[arg(long, value_delimiter = ',')]
     pub cluster_dns: Vec<String>,
@@ -139,6 +143,7 @@ impl CommonFlags {
             s.node_name = n.to_lowercase();
         }
         s.cgroup_root = self.cgroup_root.clone();
+        s.systemd_cgroups = self.cgroup_driver == "systemd";
         s.cluster_dns = self
             .cluster_dns
             .iter()

@@ -81,6 +81,8 @@ pub async fn run(
     notices: mpsc::UnboundedSender<Notice>,
     mut control: Control,
 ) -> anyhow::Result<()> {
+    // The cgroup driver first: one this node cannot have refuses the start.
+    let cgroups = PodCgroups::new(&settings).map_err(|e| anyhow::anyhow!(e))?;
     let cri = Cri::connect(&settings.runtime_endpoint).await?;
     let mut rotation = None;
     let cluster = match &settings.kubeconfig {
@@ -123,7 +125,6 @@ pub async fn run(
     let capacity = Capacity::read(&settings.root);
     let reserved = settings.kube_reserved.plus(&settings.system_reserved);
     node_config::check_reserved(&capacity, &reserved).map_err(|e| anyhow::anyhow!(e))?;
-    let cgroups = PodCgroups::new(&settings);
     cgroups
         .ensure_node(&settings, &capacity)
         .map_err(|e| anyhow::anyhow!("node cgroups: {e}"))?;

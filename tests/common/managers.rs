@@ -8,6 +8,7 @@ use super::kubelet::tail;
 use husk::api::cri::*;
 use husk::cgroup::Layout;
 use serde_json::{json, Value};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 pub const PODS: &str = "/api/v1/namespaces/default/pods";
@@ -118,9 +119,45 @@ pub async fn container_id(env: &Env, pod_uid: &str, name: &str) -> String {
         .id
 }
 
+/// The scenario on the cgroupfs driver.
 pub async fn pod_cgroups_bound_the_pods_containers_together() {
-    let env = env().await;
+    pod_cgroups_bound(env().await, false).await
+}
+
+/// The scenario with husk serve and husk kubelet on the systemd driver:
+/// the pod and QoS cgroups are slice units, whose limits are unit
+/// properties that a `systemctl daemon-reload` keeps, and that are
+/// stopped with their pods.
+pub async fn pod_slices_bound_the_pods_containers_together() {
+    let driver = || vec!["--cgroup-driver".to_string(), "systemd".to_string()];
+    pod_cgroups_bound(env_full(TOKEN, driver(), driver()).await, true).await
+}
+
+/// `systemctl args…`, its output.
+pub fn systemctl(args: &[&str]) -> String {
+    let o = std::process::Command::new("systemctl")
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "systemctl {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
+
+async fn pod_cgroups_bound(env: Env, systemd: bool) {
     let root = format!("/{}", env.k.cgroup_root);
+    // Where a kubelet cgroup path is in the hierarchy: itself, or the
+    // directory of its slice.
+    let at = |p: &str| {
+        if systemd {
+            husk::cgroup::driver::expand_slice(&husk::cgroup::driver::slice_name(p))
+        } else {
+            p.to_string()
+        }
+    };
     let lim = json!({"limits": {"cpu": "100m", "memory": "32Mi"}});
     let g = pod(
         &env,
@@ -134,8 +171,12 @@ pub async fn pod_cgroups_bound_the_pods_containers_together() {
     );
     env.running_and_ready("bounded").await;
     env.running_and_ready("burst").await;
-    let gpath = format!("{root}/pod{}", uid(&g));
-    let bpath = format!("{root}/burstable/pod{}", uid(&b));
+    let gpath = at(&format!("{root}/pod{}", uid(&g)));
+    let bpath = at(&format!("{root}/burstable/pod{}", uid(&b)));
+    let (burstable, besteffort) = (
+        at(&format!("{root}/burstable")),
+        at(&format!("{root}/besteffort")),
+    );
     // Guaranteed: the sum of its containers' limits, under kubepods.
     assert_eq!(memory_limit(&gpath).as_deref(), Some("67108864"));
     if Layout::host().is_v2() {
@@ -146,8 +187,8 @@ pub async fn pod_cgroups_bound_the_pods_containers_together() {
         // The kubelet 1.28's shares → weight: 204 → 8, 256 → 10, 2 → 1.
         let weight = |p: &str| cg(p, "cpu", "", "cpu.weight");
         assert_eq!(weight(&gpath).as_deref(), Some("8"));
-        assert_eq!(weight(&format!("{root}/burstable")).as_deref(), Some("10"));
-        assert_eq!(weight(&format!("{root}/besteffort")).as_deref(), Some("1"));
+        assert_eq!(weight(&burstable).as_deref(), Some("10"));
+        assert_eq!(weight(&besteffort).as_deref(), Some("1"));
     } else {
         assert_eq!(
             cg(&gpath, "cpu", "cpu.cfs_quota_us", "").as_deref(),
@@ -157,13 +198,35 @@ pub async fn pod_cgroups_bound_the_pods_containers_together() {
         assert_eq!(cg(&bpath, "cpu", "cpu.shares", "").as_deref(), Some("256"));
         // burstable: its pods' requests; besteffort: the minimum.
         assert_eq!(
-            cg(&format!("{root}/burstable"), "cpu", "cpu.shares", "").as_deref(),
+            cg(&burstable, "cpu", "cpu.shares", "").as_deref(),
             Some("256")
         );
         assert_eq!(
-            cg(&format!("{root}/besteffort"), "cpu", "cpu.shares", "").as_deref(),
+            cg(&besteffort, "cpu", "cpu.shares", "").as_deref(),
             Some("2")
         );
+    }
+    if systemd {
+        // systemd's own view of the slices, and a reload that keeps them.
+        let unit = |p: &str| husk::cgroup::driver::slice_name(&format!("{root}{p}"));
+        let gunit = unit(&format!("/pod{}", uid(&g)));
+        let show = |u: &str, p: &str| systemctl(&["show", "-p", p, "--value", u]);
+        assert_eq!(show(&gunit, "MemoryMax"), "67108864");
+        assert_eq!(show(&gunit, "CPUQuotaPerSecUSec"), "200ms");
+        assert_eq!(show(&gunit, "CPUWeight"), "8");
+        assert_eq!(show(&unit("/burstable"), "CPUWeight"), "10");
+        assert_eq!(show(&gunit, "ActiveState"), "active");
+        // The runtime's scopes are in the pod's slice.
+        let scopes =
+            std::fs::read_dir(Path::new("/sys/fs/cgroup").join(gpath.trim_start_matches('/')))
+                .unwrap()
+                .flatten()
+                .filter(|e| e.file_name().to_string_lossy().ends_with(".scope"))
+                .count();
+        assert_eq!(scopes, 3, "pause and two containers in {gpath}");
+        systemctl(&["daemon-reload"]);
+        assert_eq!(memory_limit(&gpath).as_deref(), Some("67108864"));
+        assert_eq!(show(&gunit, "MemoryMax"), "67108864");
     }
     // Burstable without memory limits: no pod memory limit.
     let unlimited = memory_limit(&bpath).unwrap();
@@ -216,6 +279,19 @@ pub async fn pod_cgroups_bound_the_pods_containers_together() {
             memory_limit(p).is_none()
         })
         .await;
+    }
+    if systemd {
+        let prefix = husk::cgroup::driver::slice_name(&root);
+        let prefix = prefix.trim_end_matches(".slice");
+        let left = systemctl(&[
+            "list-units",
+            "--all",
+            "--plain",
+            "--no-legend",
+            &format!("{prefix}-pod*"),
+            &format!("{prefix}-*-pod*"),
+        ]);
+        assert_eq!(left, "", "pod slices left");
     }
 }
 

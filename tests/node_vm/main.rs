@@ -59,8 +59,9 @@ const GUEST_TESTS: [&str; 6] = [
 ];
 
 /// The systemd node's guest tests, by name.
-const SYSTEMD_TESTS: [&str; 3] = [
+const SYSTEMD_TESTS: [&str; 4] = [
     "package::in_systemd_vm_the_package_under_systemd",
+    "systemd::in_systemd_vm_kubelet_pod_slices",
     "systemd::in_systemd_vm_no_dbus_is_a_clear_error",
     "systemd::in_systemd_vm_scopes_limits_reload_oom_and_cleanup",
 ];

@@ -252,3 +252,9 @@ async fn in_systemd_vm_no_dbus_is_a_clear_error() {
     assert!(err.contains("D-Bus") && err.contains("cgroupfs"), "{err}");
     assert!(!dir.path().join("husk.sock").exists());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "runs in the systemd node VM (systemd_node)"]
+async fn in_systemd_vm_kubelet_pod_slices() {
+    common::managers::pod_slices_bound_the_pods_containers_together().await;
+}

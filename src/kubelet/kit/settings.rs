@@ -21,6 +21,9 @@ pub struct Settings {
     pub node_name: String,
     /// Parent of the per-pod cgroups (`<root>/<qos>/pod<uid>`); empty: none.
     pub cgroup_root: String,
+    /// Who makes the pod and QoS cgroups: the kubelet on cgroupfs, or
+    /// systemd (slices) on the systemd driver (`--cgroup-driver`).
+    pub systemd_cgroups: bool,
     pub cluster_dns: Vec<String>,
     pub cluster_domain: String,
     /// The host resolver config for dnsPolicy Default.
@@ -96,6 +99,7 @@ impl Settings {
             pod_log_root: PathBuf::from("/var/log/pods"),
             node_name: default_node_name(),
             cgroup_root: "/kubepods".into(),
+            systemd_cgroups: false,
             cluster_dns: Vec::new(),
             cluster_domain: "cluster.local".into(),
             resolv_conf: PathBuf::from("/etc/resolv.conf"),

@@ -115,8 +115,20 @@ pub fn dns(s: &Settings, pod: &Pod) -> DnsConfig {
     }
 }
 
-/// The pod's cgroup parent: `<cgroup_root>[/burstable|/besteffort]/pod<uid>`.
+/// The pod's cgroup parent: `<cgroup_root>[/burstable|/besteffort]/pod<uid>`,
+/// or on the systemd driver that path's slice
+/// (`kubepods-burstable-pod<uid>.slice`).
 pub fn cgroup_parent(s: &Settings, pod: &Pod) -> String {
+    let path = cgroup_path(s, pod);
+    if s.systemd_cgroups && !path.is_empty() {
+        crate::cgroup::driver::slice_name(&path)
+    } else {
+        path
+    }
+}
+
+/// The pod's cgroup as a cgroupfs path, whatever the driver.
+pub fn cgroup_path(s: &Settings, pod: &Pod) -> String {
     if s.cgroup_root.is_empty() {
         return String::new();
     }

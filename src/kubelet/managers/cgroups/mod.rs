@@ -1,5 +1,5 @@
 //! The kubelet's cgroups (its containerManager), with the cgroupfs driver
-//! on v1 and v2:
+//! on v1 and v2 and the systemd driver on v2:
 //!
 //! ```text
 //! <cgroup_root>                 node allocatable (pods enforced) or capacity shares
@@ -16,10 +16,15 @@
 //! runtime makes the containers' cgroups beneath and removes only those:
 //! the pod cgroups are removed here, rmdir of empty directories, deepest
 //! first, in every mounted hierarchy; a non-empty cgroup is left alone.
-//! What is written is computed in `config`, and written by `fs`.
+//! What is written is computed in `config`, and written by `fs`; on the
+//! systemd driver each of these cgroups is a slice unit (`systemd`), the
+//! same tree named `kubepods.slice`, `kubepods-burstable.slice`,
+//! `kubepods-burstable-pod<uid>.slice`, made, limited and stopped by
+//! systemd.
 
 pub mod config;
 pub mod fs;
+pub mod systemd;
 
 use crate::cgroup::Layout;
 use crate::kubelet::kit::defaults;
@@ -33,21 +38,56 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+/// Who makes the cgroups.
+enum Backend {
+    Fs(&'static Layout),
+    Systemd(systemd::Slices),
+}
+
+impl Backend {
+    fn apply(&self, path: &str, r: &ResourceConfig) -> Result<(), CgroupError> {
+        match self {
+            Backend::Fs(l) => fs::apply(l, path, r),
+            Backend::Systemd(s) => s.apply(path, r),
+        }
+    }
+
+    fn exists(&self, path: &str) -> bool {
+        match self {
+            Backend::Fs(l) => fs::exists(l, path),
+            Backend::Systemd(s) => s.exists(path),
+        }
+    }
+}
+
 /// The pod and QoS cgroups of this kubelet.
 pub struct PodCgroups {
     root: String,
-    layout: &'static Layout,
+    backend: Backend,
     /// Per pod: its QoS path, CPU request (millicores) and what was applied.
     pods: Mutex<HashMap<String, (String, i64, ResourceConfig)>>,
 }
 
 impl PodCgroups {
-    pub fn new(s: &Settings) -> PodCgroups {
-        PodCgroups {
+    /// The cgroups of `s`'s driver; the systemd driver needs cgroup v2
+    /// and systemd reachable over D-Bus, and says so when either is not.
+    pub fn new(s: &Settings) -> Result<PodCgroups, String> {
+        let backend = if s.systemd_cgroups {
+            if !Layout::host().is_v2() {
+                return Err("--cgroup-driver systemd needs a cgroup v2 host, and this one is v1: use --cgroup-driver cgroupfs (and husk serve's [cgroup] driver = \"cgroupfs\")".into());
+            }
+            let slices = systemd::Slices::connect().map_err(|e| {
+                format!("--cgroup-driver systemd: systemd is not reachable over D-Bus: {e}; start systemd's D-Bus, or use --cgroup-driver cgroupfs")
+            })?;
+            Backend::Systemd(slices)
+        } else {
+            Backend::Fs(Layout::host())
+        };
+        Ok(PodCgroups {
             root: s.cgroup_root.trim_end_matches('/').to_string(),
-            layout: Layout::host(),
+            backend,
             pods: Mutex::new(HashMap::new()),
-        }
+        })
     }
 
     fn enabled(&self) -> bool {
@@ -76,7 +116,7 @@ impl PodCgroups {
                 continue;
             }
             let Some(path) = cgroup else { continue };
-            fs::apply(self.layout, path, &reserved_config(r))?;
+            self.backend.apply(path, &reserved_config(r))?;
         }
         if !self.enabled() {
             return Ok(());
@@ -98,13 +138,15 @@ impl PodCgroups {
                 ..Default::default()
             }
         };
-        fs::apply(self.layout, &self.root, &root)?;
+        self.backend.apply(&self.root, &root)?;
         let min = ResourceConfig {
             cpu_shares: Some(config::MIN_SHARES),
             ..Default::default()
         };
-        fs::apply(self.layout, &format!("{}/besteffort", self.root), &min)?;
-        fs::apply(self.layout, &format!("{}/burstable", self.root), &min)?;
+        self.backend
+            .apply(&format!("{}/besteffort", self.root), &min)?;
+        self.backend
+            .apply(&format!("{}/burstable", self.root), &min)?;
         self.update_burstable()
     }
 
@@ -115,18 +157,18 @@ impl PodCgroups {
             return Ok(());
         }
         let uid = defaults::uid(pod).to_string();
-        let path = sandbox_config::cgroup_parent(s, pod);
+        let path = sandbox_config::cgroup_path(s, pod);
         let r = config::for_pod(pod, None);
         let request = config::totals(pod).cpu_request_milli;
         let known = self.lock().get(&uid).cloned();
         if known
             .as_ref()
             .is_some_and(|(p, _, a)| *p == path && *a == r)
-            && fs::exists(self.layout, &path)
+            && self.backend.exists(&path)
         {
             return Ok(());
         }
-        fs::apply(self.layout, &path, &r)?;
+        self.backend.apply(&path, &r)?;
         tracing::debug!(pod = %defaults::full_name(pod), cgroup = %path, ?r, "pod cgroup applied");
         let burstable = defaults::qos_class(pod) == "Burstable";
         self.lock()
@@ -137,8 +179,7 @@ impl PodCgroups {
     /// `burstable`'s shares: its pods' CPU requests together.
     fn update_burstable(&self) -> Result<(), CgroupError> {
         let total: i64 = self.lock().values().map(|(_, req, _)| *req).sum();
-        fs::apply(
-            self.layout,
+        self.backend.apply(
             &format!("{}/burstable", self.root),
             &ResourceConfig {
                 cpu_shares: Some(config::shares(total)),
@@ -152,12 +193,22 @@ impl PodCgroups {
         if !self.enabled() || uid.is_empty() {
             return;
         }
-        let root = self.root.trim_matches('/');
-        for h in hierarchies() {
-            for qos in ["", "burstable/", "besteffort/"] {
-                let d = h.join(format!("{root}/{qos}pod{uid}"));
-                if d.exists() {
-                    rmdir_tree(&d);
+        for qos in ["", "/burstable", "/besteffort"] {
+            let path = format!("{}{qos}/pod{uid}", self.root);
+            match &self.backend {
+                Backend::Systemd(slices) if slices.exists(&path) => {
+                    if let Err(e) = slices.remove(&path) {
+                        tracing::warn!(error = %e, "cannot stop the pod's slice");
+                    }
+                }
+                Backend::Systemd(_) => {}
+                Backend::Fs(_) => {
+                    for h in hierarchies() {
+                        let d = h.join(path.trim_start_matches('/'));
+                        if d.exists() {
+                            rmdir_tree(&d);
+                        }
+                    }
                 }
             }
         }
