@@ -1,6 +1,7 @@
 //! The flags of the kubelet's node managers, as the kubelet spells them:
 //! node allocatable (`--kube-reserved`, `--system-reserved`,
-//! `--enforce-node-allocatable` and the reserved cgroups), eviction
+//! `--enforce-node-allocatable` and the reserved cgroups), the pods'
+//! process limit (`--pod-max-pids`), eviction
 //! (`--eviction-hard`, `--eviction-soft` with grace periods, the pressure
 //! transition period, the longest grace period of a soft eviction) and
 //! image GC (`--image-gc-high-threshold`, `--image-gc-low-threshold`,
@@ -30,6 +31,10 @@ pub struct NodeFlags {
     /// The cgroup bounded by --system-reserved when enforced.
     #[arg(long)]
     pub system_reserved_cgroup: Option<String>,
+    /// The most processes a pod may have (its cgroup's pids.max); -1: no
+    /// limit of the pod's own.
+    #[arg(long, default_value_t = -1, allow_negative_numbers = true)]
+    pub pod_max_pids: i64,
     /// Hard eviction thresholds (memory.available<100Mi,nodefs.available<10%,…).
     #[arg(long, default_value = node_config::DEFAULT_EVICTION_HARD)]
     pub eviction_hard: String,
@@ -73,6 +78,7 @@ impl NodeFlags {
         s.enforce_node_allocatable = node_config::parse_enforce(&self.enforce_node_allocatable)
             .map_err(|e| format!("--enforce-node-allocatable: {e}"))?;
         s.kube_reserved_cgroup = self.kube_reserved_cgroup.clone();
+        s.pod_max_pids = (self.pod_max_pids > 0).then_some(self.pod_max_pids);
         s.system_reserved_cgroup = self.system_reserved_cgroup.clone();
         for (key, cgroup) in [
             ("kube-reserved", &s.kube_reserved_cgroup),

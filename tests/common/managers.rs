@@ -121,7 +121,8 @@ pub async fn container_id(env: &Env, pod_uid: &str, name: &str) -> String {
 
 /// The scenario on the cgroupfs driver.
 pub async fn pod_cgroups_bound_the_pods_containers_together() {
-    pod_cgroups_bound(env().await, false).await
+    let pids = vec!["--pod-max-pids".to_string(), "64".to_string()];
+    pod_cgroups_bound(env_with(TOKEN, pids).await, false).await
 }
 
 /// The scenario with husk serve and husk kubelet on the systemd driver:
@@ -130,7 +131,9 @@ pub async fn pod_cgroups_bound_the_pods_containers_together() {
 /// stopped with their pods.
 pub async fn pod_slices_bound_the_pods_containers_together() {
     let driver = || vec!["--cgroup-driver".to_string(), "systemd".to_string()];
-    pod_cgroups_bound(env_full(TOKEN, driver(), driver()).await, true).await
+    let mut kubelet = driver();
+    kubelet.extend(["--pod-max-pids".to_string(), "64".to_string()]);
+    pod_cgroups_bound(env_full(TOKEN, driver(), kubelet).await, true).await
 }
 
 /// `systemctl args…`, its output.
@@ -177,8 +180,12 @@ async fn pod_cgroups_bound(env: Env, systemd: bool) {
         at(&format!("{root}/burstable")),
         at(&format!("{root}/besteffort")),
     );
-    // Guaranteed: the sum of its containers' limits, under kubepods.
+    // Guaranteed: the sum of its containers' limits, under kubepods;
+    // every pod: --pod-max-pids.
     assert_eq!(memory_limit(&gpath).as_deref(), Some("67108864"));
+    for p in [&gpath, &bpath] {
+        assert_eq!(cg(p, "pids", "pids.max", "pids.max").as_deref(), Some("64"));
+    }
     if Layout::host().is_v2() {
         assert_eq!(
             cg(&gpath, "cpu", "", "cpu.max").as_deref(),
@@ -214,6 +221,7 @@ async fn pod_cgroups_bound(env: Env, systemd: bool) {
         assert_eq!(show(&gunit, "MemoryMax"), "67108864");
         assert_eq!(show(&gunit, "CPUQuotaPerSecUSec"), "200ms");
         assert_eq!(show(&gunit, "CPUWeight"), "8");
+        assert_eq!(show(&gunit, "TasksMax"), "64");
         assert_eq!(show(&unit("/burstable"), "CPUWeight"), "10");
         assert_eq!(show(&gunit, "ActiveState"), "active");
         // The runtime's scopes are in the pod's slice.

@@ -24,6 +24,8 @@ pub struct Settings {
     /// Who makes the pod and QoS cgroups: the kubelet on cgroupfs, or
     /// systemd (slices) on the systemd driver (`--cgroup-driver`).
     pub systemd_cgroups: bool,
+    /// pids.max of each pod's cgroup (`--pod-max-pids`); None: no limit.
+    pub pod_max_pids: Option<i64>,
     pub cluster_dns: Vec<String>,
     pub cluster_domain: String,
     /// The host resolver config for dnsPolicy Default.
@@ -100,6 +102,7 @@ impl Settings {
             node_name: default_node_name(),
             cgroup_root: "/kubepods".into(),
             systemd_cgroups: false,
+            pod_max_pids: None,
             cluster_dns: Vec::new(),
             cluster_domain: "cluster.local".into(),
             resolv_conf: PathBuf::from("/etc/resolv.conf"),

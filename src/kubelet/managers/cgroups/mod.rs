@@ -158,7 +158,7 @@ impl PodCgroups {
         }
         let uid = defaults::uid(pod).to_string();
         let path = sandbox_config::cgroup_path(s, pod);
-        let r = config::for_pod(pod, None);
+        let r = config::for_pod(pod, s.pod_max_pids);
         let request = config::totals(pod).cpu_request_milli;
         let known = self.lock().get(&uid).cloned();
         if known
