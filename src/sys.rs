@@ -119,30 +119,37 @@ pub fn release_memory() {
 /// dropped (no anonymous pages: the relocated read-only data is left
 /// alone), so nothing is lost.
 pub fn trim_resident() {
-    release_memory();
-    let Ok(exe) = std::fs::read_link("/proc/self/exe") else {
-        return;
-    };
-    let Ok(smaps) = std::fs::read_to_string("/proc/self/smaps") else {
-        return;
-    };
-    for (lo, hi) in clean_ranges(&smaps, &exe.to_string_lossy()) {
-        // SAFETY: [lo, hi) is a private, read-only mapping of the binary
-        // with no anonymous (written) page; MADV_DONTNEED only drops its
-        // page-table entries and the pages are read back from the file on
-        // the next access.
-        unsafe {
-            libc::madvise(lo as *mut libc::c_void, hi - lo, libc::MADV_DONTNEED);
+    if let (Ok(exe), Ok(smaps)) = (
+        std::fs::read_link("/proc/self/exe"),
+        std::fs::File::open("/proc/self/smaps"),
+    ) {
+        // Read a line at a time: the whole text (tens of kB) would grow
+        // the heap by as much again.
+        let lines = std::io::BufRead::lines(std::io::BufReader::new(smaps));
+        for (lo, hi) in clean_ranges(lines.map_while(Result::ok), &exe.to_string_lossy()) {
+            // SAFETY: [lo, hi) is a private, read-only mapping of the binary
+            // with no anonymous (written) page; MADV_DONTNEED only drops its
+            // page-table entries and the pages are read back from the file on
+            // the next access.
+            unsafe {
+                libc::madvise(lo as *mut libc::c_void, hi - lo, libc::MADV_DONTNEED);
+            }
         }
     }
+    // Last, so that what the trim itself allocated is released too.
+    release_memory();
 }
 
 /// The mappings of `exe` in a /proc/<pid>/smaps text that are not
 /// writable and hold no anonymous page.
-fn clean_ranges(smaps: &str, exe: &str) -> Vec<(usize, usize)> {
+fn clean_ranges<S: AsRef<str>>(
+    smaps: impl IntoIterator<Item = S>,
+    exe: &str,
+) -> Vec<(usize, usize)> {
     let mut out = Vec::new();
     let mut current: Option<(usize, usize)> = None;
-    for l in smaps.lines() {
+    for l in smaps {
+        let l = l.as_ref();
         let mut f = l.split_whitespace();
         let Some(first) = f.next() else { continue };
         if let Some((lo, hi)) = first.split_once('-') {
@@ -199,13 +206,13 @@ Anonymous:             0 kB
 Anonymous:             4 kB
 ";
         assert_eq!(
-            clean_ranges(smaps, "/usr/bin/husk"),
+            clean_ranges(smaps.lines(), "/usr/bin/husk"),
             vec![(0x200000, 0x783000), (0x783000, 0x2016000)]
         );
         // After a real trim this process still runs its code and reads its
         // constants.
         trim_resident();
-        assert_eq!(clean_ranges("", "/x"), vec![]);
+        assert_eq!(clean_ranges("".lines(), "/x"), vec![]);
         assert_eq!(unescape("/a\\040b"), "/a b");
     }
 
