@@ -8,6 +8,7 @@ use crate::events::Kind;
 use crate::image::manager::now_ns;
 use crate::sandbox::SandboxError;
 use crate::shim::client;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -184,27 +185,49 @@ impl ContainerManager {
         let mut steps = crate::timing::Stages::new("RemoveContainer");
         let shim_dir = self.sandboxes.shim_dir(&r.sandbox_id);
         // A killed shim left the container running: a fresh one removes it.
+        let respawned = client::pid(&shim_dir).is_none();
         self.sandboxes.ensure_shim(&r.sandbox_id, id)?;
-        let mut runtime = Duration::ZERO;
-        if client::pid(&shim_dir).is_some() {
-            match shim_call(
-                &shim_dir,
-                Request::Delete(DeleteRequest {
-                    id: id.to_string(),
-                    force: true,
-                }),
-            ) {
-                Ok(resp) => runtime = Duration::from_micros(resp.runtime_us),
-                Err(e) if e.to_string().contains("not found") => {}
-                Err(e) => return Err(e),
-            }
-        }
-        steps.end_split("shim delete", "runtime delete", runtime);
         let dir = self.dir(id);
-        for m in crate::sys::mounts_under(&dir) {
-            rustix::mount::unmount(&m, rustix::mount::UnmountFlags::DETACH)
-                .map_err(|e| SandboxError::io("unmount container rootfs")(e.into()))?;
-        }
+        // The container's processes were reaped by its shim: its rootfs is
+        // unmounted and its layers removed on a thread of their own while
+        // the shim deletes libcontainer's state and cgroup. Its record and
+        // config stay until that succeeded, so a failed delete leaves it
+        // listed and removable. After a killed shim its processes may still
+        // be dying (they hold the rootfs, and the cgroup holds them): the
+        // rootfs waits for the delete then.
+        let (deleted, layers) = std::thread::scope(|scope| {
+            let layers = (!respawned).then(|| scope.spawn(|| remove_layers(&dir)));
+            let deleted = if client::pid(&shim_dir).is_some() {
+                match shim_call(
+                    &shim_dir,
+                    Request::Delete(DeleteRequest {
+                        id: id.to_string(),
+                        force: true,
+                    }),
+                ) {
+                    Ok(resp) => Ok(Duration::from_micros(resp.runtime_us)),
+                    Err(e) if e.to_string().contains("not found") => Ok(Duration::ZERO),
+                    Err(e) => Err(e),
+                }
+            } else {
+                Ok(Duration::ZERO)
+            };
+            let layers = match layers {
+                Some(h) => h
+                    .join()
+                    .unwrap_or_else(|_| Err(SandboxError::Shim("rootfs removal panicked".into()))),
+                None if deleted.is_ok() => remove_layers(&dir),
+                None => Ok(()),
+            };
+            (deleted, layers)
+        });
+        steps.end_split(
+            "shim delete",
+            "runtime delete",
+            *deleted.as_ref().unwrap_or(&Duration::ZERO),
+        );
+        deleted?;
+        layers?;
         steps.end("unmount");
         std::fs::remove_dir_all(&dir)
             .or_else(|e| {
@@ -318,4 +341,26 @@ impl ContainerManager {
             x.exit_code,
         ))
     }
+}
+
+/// Unmounts what is mounted under a stopped container's dir (its rootfs,
+/// volumes) and removes its overlay's directories.
+fn remove_layers(dir: &Path) -> Result<(), SandboxError> {
+    for m in crate::sys::mounts_under(dir) {
+        // One that went meanwhile (a mount beneath one unmounted before
+        // it, or one the runtime's delete took down) is not an error.
+        match rustix::mount::unmount(&m, rustix::mount::UnmountFlags::DETACH) {
+            Ok(()) | Err(rustix::io::Errno::INVAL) | Err(rustix::io::Errno::NOENT) => {}
+            Err(e) => return Err(SandboxError::io("unmount container rootfs")(e.into())),
+        }
+    }
+    for d in ["rootfs", "upper", "work"] {
+        match std::fs::remove_dir_all(dir.join(d)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(SandboxError::io("remove container layers")(e))
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }

@@ -115,8 +115,14 @@ impl SandboxManager {
                     "pause runtime",
                     Duration::from_micros(runtime),
                 );
-                let rootfs = self.sandbox_dir(id).join("bundle").join("rootfs");
-                let _ = rustix::mount::unmount(&rootfs, rustix::mount::UnmountFlags::DETACH);
+                let bundle = self.sandbox_dir(id).join("bundle");
+                let rootfs = bundle.join("rootfs");
+                if rustix::mount::unmount(&rootfs, rustix::mount::UnmountFlags::DETACH).is_ok() {
+                    // Its layers too (RemovePodSandbox would), while DEL runs.
+                    for d in ["upper", "work"] {
+                        let _ = std::fs::remove_dir_all(bundle.join(d));
+                    }
+                }
                 steps.end("pause unmount");
                 // Nothing runs in the pod now (its containers were stopped
                 // first): the shim deletes what is left of them and exits
@@ -210,16 +216,20 @@ impl SandboxManager {
         }
         let _ = std::fs::remove_dir(self.paths.state.join("ns").join(id));
         steps.end("namespaces");
-        let _ = std::fs::remove_dir_all(&shim_dir);
-        std::fs::remove_dir_all(&dir)
-            .or_else(|e| {
+        // The shim's dir and the sandbox's, side by side.
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                let _ = std::fs::remove_dir_all(&shim_dir);
+            });
+            std::fs::remove_dir_all(&dir).or_else(|e| {
                 if e.kind() == std::io::ErrorKind::NotFound {
                     Ok(())
                 } else {
                     Err(e)
                 }
             })
-            .map_err(SandboxError::io("remove sandbox dir"))?;
+        })
+        .map_err(SandboxError::io("remove sandbox dir"))?;
         let mut inner = self.lock_inner();
         inner.records.remove(id);
         inner.names.remove(&rec.reserved_name());
