@@ -263,6 +263,7 @@ impl ContainerManager {
                 stdin: c.stdin,
                 stdin_once: c.stdin_once,
                 tty: c.tty,
+                cgroups_path: cgroups_path.clone(),
                 ..Default::default()
             }),
         )?;

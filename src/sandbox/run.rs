@@ -416,6 +416,7 @@ impl SandboxManager {
                 id: id.to_string(),
                 bundle: bundle.display().to_string(),
                 start: true,
+                cgroups_path: cgroups_path.clone(),
                 ..Default::default()
             }),
         )?;

@@ -261,7 +261,7 @@ impl Shim {
                 for (fd, stream) in readers {
                     self.pipes.push((fd, id.to_string(), stream));
                 }
-                self.oom.watch(id, bundle);
+                self.oom.watch(id, bundle, &req.cgroups_path);
                 self.containers.insert(
                     id.to_string(),
                     Entry {

@@ -80,9 +80,16 @@ impl OomWatch {
 
     /// Starts counting for container `id`, whose cgroups path is in its
     /// bundle's `config.json`.
-    pub fn watch(&mut self, id: &str, bundle: &Path) {
-        let Some(path) = cgroups_path(bundle) else {
-            return;
+    /// Watches container `id`'s memory cgroup: `cgroups_path` (the
+    /// spec's), or when empty the one its bundle's spec names.
+    pub fn watch(&mut self, id: &str, bundle: &Path, cgroups_path: &str) {
+        let path = if cgroups_path.is_empty() {
+            match spec_cgroups_path(bundle) {
+                Some(p) => p,
+                None => return,
+            }
+        } else {
+            cgroups_path.to_string()
         };
         let layout = Layout::host();
         let Some(dir) = layout.dir("memory", &path) else {
@@ -149,7 +156,7 @@ impl OomWatch {
     }
 }
 
-fn cgroups_path(bundle: &Path) -> Option<String> {
+fn spec_cgroups_path(bundle: &Path) -> Option<String> {
     let spec: serde_json::Value =
         serde_json::from_slice(&std::fs::read(bundle.join("config.json")).ok()?).ok()?;
     spec["linux"]["cgroupsPath"].as_str().map(str::to_string)
@@ -205,7 +212,10 @@ mod tests {
             r#"{"linux":{"cgroupsPath":"a.slice:husk:c1"}}"#,
         )
         .expect("w");
-        assert_eq!(cgroups_path(d.path()).as_deref(), Some("a.slice:husk:c1"));
-        assert_eq!(cgroups_path(Path::new("/nonexistent")), None);
+        assert_eq!(
+            spec_cgroups_path(d.path()).as_deref(),
+            Some("a.slice:husk:c1")
+        );
+        assert_eq!(spec_cgroups_path(Path::new("/nonexistent")), None);
     }
 }
