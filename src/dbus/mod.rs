@@ -221,16 +221,31 @@ mod tests {
         m
     }
 
-    #[test]
-    fn a_call_skips_other_traffic_and_returns_the_peers_error() {
+    /// A peer on a socket in a fresh dir: it accepts one connection, reads
+    /// the AUTH line and hands the stream and that line to `then`.
+    fn peer(
+        then: impl FnOnce(&mut BufReader<UnixStream>, Vec<u8>) + Send + 'static,
+    ) -> (
+        tempfile::TempDir,
+        std::path::PathBuf,
+        std::thread::JoinHandle<()>,
+    ) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("bus");
         let l = UnixListener::bind(&path).unwrap();
-        let peer = std::thread::spawn(move || {
+        let h = std::thread::spawn(move || {
             let (s, _) = l.accept().unwrap();
             let mut r = BufReader::new(s);
             let mut line = Vec::new();
             r.read_until(b'\n', &mut line).unwrap();
+            then(&mut r, line);
+        });
+        (dir, path, h)
+    }
+
+    #[test]
+    fn a_call_skips_other_traffic_and_returns_the_peers_error() {
+        let (_dir, path, peer) = peer(|r, mut line| {
             assert!(line.starts_with(b"\0AUTH EXTERNAL "), "{line:?}");
             r.get_mut().write_all(b"OK 0123456789abcdef\r\n").unwrap();
             line.clear();
@@ -280,14 +295,7 @@ mod tests {
 
     #[test]
     fn a_refused_login_says_so() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("bus");
-        let l = UnixListener::bind(&path).unwrap();
-        let peer = std::thread::spawn(move || {
-            let (s, _) = l.accept().unwrap();
-            let mut r = BufReader::new(s);
-            let mut line = Vec::new();
-            r.read_until(b'\n', &mut line).unwrap();
+        let (_dir, path, peer) = peer(|r, _| {
             r.get_mut().write_all(b"REJECTED EXTERNAL\r\n").unwrap();
         });
         let e = Connection::open(&path, false).err().unwrap();
