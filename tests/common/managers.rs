@@ -223,6 +223,16 @@ async fn pod_cgroups_bound(env: Env, systemd: bool) {
         assert_eq!(show(&gunit, "CPUWeight"), "8");
         assert_eq!(show(&gunit, "TasksMax"), "64");
         assert_eq!(show(&unit("/burstable"), "CPUWeight"), "10");
+        // The pods' root slice: the node's CPUs as weight, no reservation
+        // so no memory bound.
+        use husk::kubelet::managers::cgroups::config::{shares, weight};
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as i64;
+        let root_unit = unit("");
+        assert_eq!(
+            show(&root_unit, "CPUWeight"),
+            weight(shares(cpus * 1000)).to_string()
+        );
+        assert_eq!(show(&root_unit, "MemoryMax"), "infinity");
         assert_eq!(show(&gunit, "ActiveState"), "active");
         // The runtime's scopes are in the pod's slice.
         let scopes =
