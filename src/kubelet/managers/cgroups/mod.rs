@@ -193,17 +193,19 @@ impl PodCgroups {
         if !self.enabled() || uid.is_empty() {
             return;
         }
-        for qos in ["", "/burstable", "/besteffort"] {
-            let path = format!("{}{qos}/pod{uid}", self.root);
-            match &self.backend {
-                Backend::Systemd(slices) if slices.exists(&path) => {
-                    if let Err(e) = slices.remove(&path) {
+        let paths =
+            ["", "/burstable", "/besteffort"].map(|qos| format!("{}{qos}/pod{uid}", self.root));
+        match &self.backend {
+            Backend::Systemd(slices) => {
+                for path in paths.iter().filter(|p| slices.exists(p)) {
+                    if let Err(e) = slices.remove(path) {
                         tracing::warn!(error = %e, "cannot stop the pod's slice");
                     }
                 }
-                Backend::Systemd(_) => {}
-                Backend::Fs(_) => {
-                    for h in hierarchies() {
+            }
+            Backend::Fs(_) => {
+                for h in hierarchies() {
+                    for path in &paths {
                         let d = h.join(path.trim_start_matches('/'));
                         if d.exists() {
                             rmdir_tree(&d);

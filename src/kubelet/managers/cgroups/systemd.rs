@@ -53,7 +53,7 @@ pub fn properties(r: &ResourceConfig) -> Vec<(&'static str, Value)> {
 /// This kubelet's connection to systemd, made again when it breaks (a
 /// re-executed systemd closes it).
 pub struct Slices {
-    conn: Mutex<Option<Connection>>,
+    conn: Mutex<Connection>,
 }
 
 fn error(name: &str, what: &str, e: DbusError) -> CgroupError {
@@ -68,24 +68,21 @@ impl Slices {
     /// Connects to systemd, or says why it cannot.
     pub fn connect() -> Result<Slices, DbusError> {
         Ok(Slices {
-            conn: Mutex::new(Some(Connection::systemd()?)),
+            conn: Mutex::new(Connection::systemd()?),
         })
     }
 
-    /// One manager call, on a fresh connection if the last one broke.
+    /// One manager call; once more on a new connection when this one
+    /// broke (a re-executed systemd closes it).
     fn call(&self, member: &str, signature: &str, body: Vec<u8>) -> Result<(), DbusError> {
-        let mut guard = self.conn.lock().unwrap_or_else(|e| e.into_inner());
-        for attempt in 0..2 {
-            if guard.is_none() {
-                *guard = Some(Connection::systemd()?);
+        let mut c = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+        match c.call(MANAGER_PATH, MANAGER, member, signature, body.clone()) {
+            Err(DbusError::Io(..)) => {
+                *c = Connection::systemd()?;
+                c.call(MANAGER_PATH, MANAGER, member, signature, body)
             }
-            let Some(c) = guard.as_mut() else { continue };
-            match c.call(MANAGER_PATH, MANAGER, member, signature, body.clone()) {
-                Err(DbusError::Io(..)) if attempt == 0 => *guard = None,
-                other => return other,
-            }
+            other => other,
         }
-        Err(DbusError::Protocol("unreachable".into()))
     }
 
     /// Starts the slice for `path` with `r`, or sets `r` on it if it is
