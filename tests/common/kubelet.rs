@@ -1,6 +1,8 @@
 //! A `husk kubelet` process against any CRI endpoint, with its own
 //! manifest, status, root and log directories, a test-unique node name
 //! and cgroup root, and back-offs shortened so tests do not wait minutes.
+//! Its disk thresholds are off unless a test gives its own, so a full
+//! disk on the machine running the tests evicts nothing.
 //! Helpers read the status files it writes and wait for conditions.
 
 use serde_json::Value;
@@ -90,6 +92,19 @@ impl Kubelet {
         .iter()
         .map(|s| s.to_string())
         .collect();
+        // The node's disk is shared with every other job of the machine:
+        // the kubelet's disk thresholds (imagefs.available<15%, image GC at
+        // 85% used) would evict pods or remove images whenever it fills up.
+        // The memory threshold stays the kubelet's default. Tests of those
+        // managers give their own thresholds, on a tmpfs.
+        for (flag, value) in [
+            ("--eviction-hard", "memory.available<100Mi"),
+            ("--image-gc-high-threshold", "100"),
+        ] {
+            if !self.extra.iter().any(|e| e == flag) {
+                a.extend([flag.to_string(), value.to_string()]);
+            }
+        }
         a.extend(self.extra.iter().cloned());
         a
     }
