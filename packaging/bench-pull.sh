@@ -6,7 +6,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
-husk=${HUSK:-$here/../target/release/husk}
+husk=${HUSK:-$here/../target/x86_64-unknown-linux-gnu/release/husk}
 iterations=${ITERATIONS:-5}
 work=$(mktemp -d /tmp/husk-bench.XXXXXX)
 port=$(free_port)

@@ -11,7 +11,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
-husk=${HUSK:-$here/../target/release/husk}
+husk=${HUSK:-$here/../target/x86_64-unknown-linux-gnu/release/husk}
 iterations=${ITERATIONS:-20}
 pods=${PODS:-1,10,50}
 work=$(mktemp -d /tmp/husk-bench.XXXXXX)

@@ -8,7 +8,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 top=$here/..
-husk=${HUSK:-$top/target/release/husk}
+husk=${HUSK:-$top/target/x86_64-unknown-linux-gnu/release/husk}
 out=${OUT:-$top/target/debian}
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' "$top/Cargo.toml" | head -1)
 arch=$(dpkg --print-architecture)
@@ -44,8 +44,8 @@ sed -e "s|@CNI_SUM@|$cni_sum|" -e "s|@CRICTL_SUM@|$crictl_sum|" "$here/deb/postr
 chmod 0755 "$tree/DEBIAN/postrm"
 echo /etc/husk/config.toml >"$tree/DEBIAN/conffiles"
 
-# Run-time dependencies: the shared libraries the binary links (by the
-# packages that ship them) and the tools husk executes.
+# Run-time dependencies: the shared libraries the binary links, if any (by
+# the packages that ship them).
 # No reader here stops early: under pipefail a writer killed by SIGPIPE
 # (ldconfig, dpkg -S before `head`) fails the whole script with 141.
 libs=$(objdump -p "$tree/usr/bin/husk" | awk '/NEEDED/ {print $2}')
@@ -58,6 +58,11 @@ for l in $libs; do
   ver=$(dpkg-query -W -f='${Version}' "$pkg" | sed 's/[-+~].*//')
   deps+=("$pkg (>= $ver)")
 done
+# A static build links no shared library, but glibc loads the node's NSS
+# modules (hosts, passwd) of its own version at run time.
+if [ ${#deps[@]} -eq 0 ]; then
+  deps+=("libc6 (>= $(dpkg-query -W -f='${Version}' libc6 | sed 's/[-+~].*//'))")
+fi
 depends=$(printf '%s\n' "${deps[@]}" | sort -u | paste -sd, | sed 's/,/, /g')
 size=$(du -sk --exclude=DEBIAN "$tree" | cut -f1)
 cat >"$tree/DEBIAN/control" <<CONTROL

@@ -7,7 +7,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
-husk=${HUSK:-$here/../target/release/husk}
+husk=${HUSK:-$here/../target/x86_64-unknown-linux-gnu/release/husk}
 work=$(mktemp -d /tmp/husk-demo.XXXXXX)
 port=$(free_port)
 bridge="hkd$(printf '%06x' $((RANDOM * RANDOM % 16777216)))"

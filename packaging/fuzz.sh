@@ -10,6 +10,10 @@ cd "$(dirname "$0")/.."
 secs=${FUZZ_SECONDS:-20}
 dir=tests/fuzz
 flags=(--fuzz-dir "$dir" --sanitizer none)
+# The fuzz targets are ordinary (dynamic, PIE) builds: cargo fuzz sets its
+# own RUSTFLAGS, so the static flags of .cargo/config.toml do not apply,
+# and libseccomp is linked as the shared library.
+export LIBSECCOMP_LINK_TYPE=dylib
 cargo fuzz build "${flags[@]}"
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT

@@ -15,6 +15,24 @@ fn husk() -> Command {
     Command::new(env!("CARGO_BIN_EXE_husk"))
 }
 
+const ET_EXEC: u16 = 2;
+const PT_INTERP: u32 = 3;
+
+/// A 64-bit little-endian ELF file's type (ET_EXEC, or ET_DYN for a
+/// position-independent one) and whether it names a program interpreter
+/// (the dynamic loader).
+fn elf_kind(elf: &[u8]) -> (u16, bool) {
+    assert_eq!(&elf[..6], b"\x7fELF\x02\x01", "a 64-bit little-endian ELF");
+    let u16_at = |o: usize| u16::from_le_bytes([elf[o], elf[o + 1]]);
+    let u64_at = |o: usize| u64::from_le_bytes(elf[o..o + 8].try_into().unwrap());
+    let (phoff, phentsize, phnum) = (u64_at(32) as usize, u16_at(54) as usize, u16_at(56));
+    let interp = (0..phnum as usize).any(|i| {
+        let o = phoff + i * phentsize;
+        u32::from_le_bytes(elf[o..o + 4].try_into().unwrap()) == PT_INTERP
+    });
+    (u16_at(16), interp)
+}
+
 #[test]
 fn the_package_holds_what_a_node_needs() {
     let dir = tempfile::tempdir().unwrap();
@@ -94,16 +112,23 @@ fn the_package_holds_what_a_node_needs() {
             .unwrap_or_default()
             .to_string()
     };
-    assert!(field("Depends").contains("libseccomp2"), "{control}");
+    // A static build: libseccomp is linked in; glibc's NSS modules are
+    // the one thing loaded from the node.
     assert!(field("Depends").contains("libc6"), "{control}");
+    assert!(!field("Depends").contains("libseccomp2"), "{control}");
     assert!(
         field("Recommends").contains("containernetworking-plugins"),
         "{control}"
     );
     assert_eq!(field("Package"), "husk");
 
-    // The unpacked binary runs.
+    // The unpacked binary is static and not position-independent, and runs.
     let unpacked = tree.join("usr/bin/husk");
+    assert_eq!(
+        elf_kind(&std::fs::read(&unpacked).unwrap()),
+        (ET_EXEC, false),
+        "a static executable with no program interpreter"
+    );
     let v = Command::new(&unpacked).arg("--version").output().unwrap();
     assert!(v.status.success());
     assert!(String::from_utf8_lossy(&v.stdout).starts_with("husk "));
