@@ -517,3 +517,69 @@ async fn pods_survive_a_server_kill_and_a_killed_shim_is_reported() {
     assert!(!alive(pa) && !alive(pb), "pause processes are gone");
     assert_eq!(leftovers(&p), Vec::<String>::new());
 }
+
+/// The namespaces the server makes ahead for the next pod: one set, taken
+/// whole by a pod (moved, not copied: the same network namespace; the
+/// pod's host name set in it), made again, removed when the server stops,
+/// and swept by the next server after a kill.
+#[tokio::test(flavor = "multi_thread")]
+async fn namespaces_made_ahead_go_to_one_pod_and_leave_with_the_server() {
+    if !common::require_root() {
+        return;
+    }
+    let mut p = setup(vec![]).await;
+    let spare = p.h.dir.path().join("run/spare-ns");
+    let one_set = |spare: &Path| -> Option<std::path::PathBuf> {
+        let sets: Vec<_> = std::fs::read_dir(spare).ok()?.flatten().collect();
+        let pins = common::mounts_under(spare);
+        (sets.len() == 1 && pins.len() == 3).then(|| sets[0].path())
+    };
+    let wait_set = |spare: &Path| {
+        for _ in 0..500 {
+            if let Some(s) = one_set(spare) {
+                return s;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        panic!(
+            "no set of namespaces made ahead: {:?}",
+            common::mounts_under(spare)
+        );
+    };
+    let set = wait_set(&spare);
+    let ino = |p: &Path| std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(p).unwrap());
+    let net = ino(&set.join("net"));
+
+    let a = run(&p.h, p.config("ahead")).await.unwrap();
+    let pod_ns = p.h.dir.path().join("run/ns").join(&a);
+    assert_eq!(
+        ino(&pod_ns.join("net")),
+        net,
+        "the pod took the set made ahead"
+    );
+    assert_eq!(common::mounts_under(&pod_ns).len(), 3);
+    let pid = pause_pid(&status(&p.h, &a).await.unwrap());
+    let hn = Command::new("nsenter")
+        .args(["-t", &pid.to_string(), "-u", "hostname"])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&hn.stdout).trim(), "ahead");
+    let next = wait_set(&spare);
+    assert_ne!(next, set);
+    assert_ne!(ino(&next.join("net")), net);
+
+    // Stopped: the set is gone. Killed: the next server removes it and
+    // makes one set of its own.
+    assert!(p.h.terminate().success());
+    assert!(common::mounts_under(&spare).is_empty());
+    assert_eq!(std::fs::read_dir(&spare).unwrap().count(), 0);
+    p.h.spawn().await;
+    let left = wait_set(&spare);
+    p.h.restart().await;
+    let made = wait_set(&spare);
+    assert_ne!(made, left);
+    assert!(!left.exists());
+
+    remove_listed(&p).await;
+    assert_eq!(leftovers(&p), Vec::<String>::new());
+}

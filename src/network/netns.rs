@@ -149,6 +149,22 @@ pub fn in_netns<T: Send + 'static>(
     .map_err(|_| io::Error::other("netns thread panicked"))?
 }
 
+/// Sets the host name inside the UTS namespace pinned at `path`.
+pub fn set_hostname(path: &Path, hostname: &str) -> io::Result<()> {
+    let ns = fs::File::open(path)?;
+    let name = hostname.to_string();
+    std::thread::spawn(move || {
+        rustix::thread::move_into_link_name_space(
+            ns.as_fd(),
+            Some(rustix::thread::LinkNameSpaceType::HostNameAndNISDomainName),
+        )
+        .map_err(io::Error::from)?;
+        rustix::system::sethostname(name.as_bytes()).map_err(io::Error::from)
+    })
+    .join()
+    .map_err(|_| io::Error::other("UTS namespace thread panicked"))?
+}
+
 /// Brings the loopback interface up inside the netns at `path`.
 pub fn loopback_up(path: &Path) -> io::Result<()> {
     in_netns(path, || {

@@ -102,6 +102,7 @@ pub struct SandboxManager {
     pub(super) images: Arc<ImageManager>,
     pub(super) inner: Mutex<Inner>,
     pub(super) locks: KeyedLocks,
+    pub(super) spare: Arc<super::spare::Spare>,
 }
 
 pub(crate) fn shim_call(dir: &Path, request: Request) -> Result<ShimResponse, SandboxError> {
@@ -160,11 +161,13 @@ impl SandboxManager {
             inner.names.insert(rec.reserved_name(), rec.id.clone());
             inner.records.insert(rec.id.clone(), rec);
         }
+        let spare = Arc::new(super::spare::Spare::open(&paths.state));
         let m = SandboxManager {
             paths,
             images,
             inner: Mutex::new(inner),
             locks: KeyedLocks::default(),
+            spare,
         };
         // CNI results whose write a crash interrupted.
         let _ = atomic::remove_stale_temps(&m.paths.root.join("cni-cache"));
@@ -175,7 +178,14 @@ impl SandboxManager {
         for id in ids {
             m.refresh(&id);
         }
+        m.spare.refill();
         Ok(m)
+    }
+
+    /// Removes what the server keeps ahead for the next pod (it is
+    /// stopping).
+    pub fn close(&self) {
+        self.spare.clear();
     }
 
     pub(super) fn lock_inner(&self) -> std::sync::MutexGuard<'_, Inner> {

@@ -120,6 +120,7 @@ impl SandboxManager {
         match created {
             Ok(rec) => {
                 tracing::info!(pod_sandbox_id = %id, pod = %name, ips = ?rec.ips, "pod sandbox ready");
+                self.spare.refill();
                 Ok(id)
             }
             Err(e) => {
@@ -225,8 +226,13 @@ impl SandboxManager {
         }
         let pod_userns = match *userns {
             Userns::Node => {
-                netns::create_set(&pins, Some(&hostname), true)
-                    .map_err(SandboxError::io("create the pod's namespaces"))?;
+                // The set made ahead holds all three kinds.
+                let whole = pins.len() == 3;
+                let dir = self.paths.state.join("ns").join(id);
+                if !(whole && self.spare.take(&dir, &hostname)) {
+                    netns::create_set(&pins, Some(&hostname), true)
+                        .map_err(SandboxError::io("create the pod's namespaces"))?;
+                }
                 None
             }
             Userns::Pod { uids, gids } => {

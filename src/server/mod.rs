@@ -197,6 +197,9 @@ pub async fn serve(cfg: Config) -> anyhow::Result<()> {
         )
         .await;
     let _ = std::fs::remove_file(&cfg.listen);
+    if let Ok(sandboxes) = state.sandboxes() {
+        sandboxes.close();
+    }
     result.context("grpc server")?;
     if let Some(e) = failure.lock().unwrap_or_else(|p| p.into_inner()).take() {
         return Err(e);

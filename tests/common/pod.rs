@@ -181,9 +181,18 @@ pub fn leftovers(p: &Pod) -> Vec<String> {
     if p.net.leases() > 0 {
         v.push(format!("{} leases", p.net.leases()));
     }
-    let mounts = super::mounts_under(p.h.dir.path());
+    // The namespaces the server makes ahead for the next pod are no pod's:
+    // one set of three pins at most.
+    let spare = p.h.dir.path().join("run/spare-ns");
+    let (kept, mounts): (Vec<String>, Vec<String>) = super::mounts_under(p.h.dir.path())
+        .into_iter()
+        .partition(|m| Path::new(m).starts_with(&spare));
     if !mounts.is_empty() {
         v.push(format!("mounts {mounts:?}"));
+    }
+    let sets = std::fs::read_dir(&spare).map(|r| r.count()).unwrap_or(0);
+    if sets > 1 || kept.len() > 3 {
+        v.push(format!("{sets} sets of namespaces made ahead: {kept:?}"));
     }
     if shims_for(p.h.dir.path()) > 0 {
         v.push("shim processes".into());
