@@ -78,6 +78,18 @@ fn open_out(path: &str) -> io::Result<File> {
     }
 }
 
+/// Whether `pid` is the init (pid 1) of the innermost PID namespace it is in.
+fn pid_namespace_init(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("NSpid:"))
+                .and_then(|ids| ids.split_whitespace().last().map(|l| l == "1"))
+        })
+        .unwrap_or(false)
+}
+
 impl Shim {
     fn state_of(&self, id: &str) -> Option<ContainerState> {
         let e = self.containers.get(id)?;
@@ -332,8 +344,28 @@ impl Shim {
             Ok(s) => s,
             Err(err) => return reply_err(INVALID, format!("signal {signal}: {err}")),
         };
-        let state = self.youki.join(id);
         let t0 = Instant::now();
+        // The init is signalled directly (no libcontainer child) when that
+        // is all there is to do: a signal for the init alone, or SIGKILL to
+        // the init of a PID namespace of its own, whose death the kernel
+        // makes the death of every process in it. Its pid is still its own:
+        // this monitor reaps it, and has not yet.
+        if e.pid > 0
+            && e.status != Status::Stopped
+            && (!all || (signal == libc::SIGKILL && pid_namespace_init(e.pid)))
+        {
+            // SAFETY: kill(2) of a pid this monitor has not reaped, with a
+            // signal number libcontainer accepted.
+            if unsafe { libc::kill(e.pid, signal) } != 0 {
+                let err = io::Error::last_os_error();
+                return reply_err(INTERNAL, format!("kill container {id}: {err}"));
+            }
+            return ShimResponse {
+                runtime_us: t0.elapsed().as_micros() as u64,
+                ..self.ok(id)
+            };
+        }
+        let state = self.youki.join(id);
         let r = in_child(|| {
             Container::load(state)
                 .and_then(|mut c| {
@@ -499,5 +531,17 @@ impl Shim {
             x.drain();
         }
         self.execs.retain_mut(|x| !x.poll(now));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_init_of_a_pid_namespace_is_told_apart() {
+        // This process is no namespace's init; the node's init is its own
+        // namespace's; a process that is gone is nobody's.
+        assert!(!super::pid_namespace_init(std::process::id() as i32));
+        assert!(super::pid_namespace_init(1));
+        assert!(!super::pid_namespace_init(i32::MAX));
     }
 }
