@@ -161,7 +161,7 @@ impl SandboxManager {
             inner.names.insert(rec.reserved_name(), rec.id.clone());
             inner.records.insert(rec.id.clone(), rec);
         }
-        let spare = Arc::new(super::spare::Spare::open(&paths.state));
+        let spare = Arc::new(super::spare::Spare::open(&paths.state, &paths.exe));
         let m = SandboxManager {
             paths,
             images,

@@ -181,7 +181,10 @@ impl SandboxManager {
 
         // The shim starts on its own thread while the namespaces, bundle
         // and files are made; it is joined before the pause is created.
-        let shim_job: Arc<Mutex<Option<ShimJob>>> = {
+        // The one started ahead is taken when there is one.
+        let shim_job: Arc<Mutex<Option<ShimJob>>> = if self.spare.take_shim(&shim_dir) {
+            Arc::new(Mutex::new(None))
+        } else {
             let (exe, d) = (self.paths.exe.clone(), shim_dir.clone());
             let h = std::thread::spawn(move || client::spawn(&exe, &d));
             Arc::new(Mutex::new(Some(h)))
@@ -229,7 +232,7 @@ impl SandboxManager {
                 // The set made ahead holds all three kinds.
                 let whole = pins.len() == 3;
                 let dir = self.paths.state.join("ns").join(id);
-                if !(whole && self.spare.take(&dir, &hostname)) {
+                if !(whole && self.spare.take_namespaces(&dir, &hostname)) {
                     netns::create_set(&pins, Some(&hostname), true)
                         .map_err(SandboxError::io("create the pod's namespaces"))?;
                 }

@@ -25,6 +25,7 @@ pub mod process;
 mod reap;
 pub mod stream;
 pub mod tenant;
+mod title;
 pub mod wire;
 
 /// Exit record written when a container's init is reaped.

@@ -194,8 +194,11 @@ pub fn leftovers(p: &Pod) -> Vec<String> {
     if sets > 1 || kept.len() > 3 {
         v.push(format!("{sets} sets of namespaces made ahead: {kept:?}"));
     }
-    if shims_for(p.h.dir.path()) > 0 {
-        v.push("shim processes".into());
+    // Likewise the one shim started ahead.
+    let ahead = shims_for(&p.h.dir.path().join("run/spare-shim"));
+    let shims = shims_for(p.h.dir.path());
+    if ahead > 1 || shims > ahead {
+        v.push(format!("{shims} shim processes ({ahead} started ahead)"));
     }
     for sub in ["root/sandboxes", "run/s", "run/ns"] {
         let n = std::fs::read_dir(p.h.dir.path().join(sub))
