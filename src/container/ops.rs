@@ -132,8 +132,9 @@ impl ContainerManager {
             );
             steps.end("stop signal");
             let deadline = || self.kill_at().get(id).copied().unwrap_or_else(Instant::now);
+            let mut pause = Pause::default();
             while Instant::now() < deadline() && !exited(self) {
-                std::thread::sleep(Duration::from_millis(10));
+                pause.sleep(Duration::from_millis(10));
             }
             steps.end_external("grace period");
         }
@@ -149,8 +150,9 @@ impl ContainerManager {
             let runtime = Duration::from_micros(killed.map(|r| r.runtime_us).unwrap_or(0));
             steps.end_split("kill", "runtime kill", runtime);
             let deadline = Instant::now() + Duration::from_secs(10);
+            let mut pause = Pause::default();
             while Instant::now() < deadline && !exited(self) {
-                std::thread::sleep(Duration::from_millis(5));
+                pause.sleep(Duration::from_millis(5));
             }
             steps.end_external("exit");
         }
@@ -363,4 +365,17 @@ fn remove_layers(dir: &Path) -> Result<(), SandboxError> {
         }
     }
     Ok(())
+}
+
+/// Waits between checks for an exit: 100 µs at first, doubling up to a
+/// most, so that a process killed outright is seen gone within a fraction
+/// of a millisecond and a slow one is not polled hard.
+#[derive(Default)]
+struct Pause(Duration);
+
+impl Pause {
+    fn sleep(&mut self, most: Duration) {
+        self.0 = (self.0 * 2).clamp(Duration::from_micros(100), most);
+        std::thread::sleep(self.0);
+    }
 }
