@@ -9,7 +9,8 @@ packages=(
   busybox-static               # test image content
   skopeo umoci                 # image tools (archives, demo image)
   containerd runc              # the peer, for side-by-side benchmarks
-  libseccomp-dev               # seccomp for containers
+  libseccomp-dev               # seccomp for containers (libseccomp.a: a static build)
+  libc6-dev                    # libc.a: husk is one static executable
   libelf-dev zlib1g-dev        # libbpf (cgroup v2 device programs)
   apache2-utils                # htpasswd for auth tests
   iproute2 iptables jq procps curl ca-certificates util-linux mount
