@@ -136,33 +136,33 @@ pub fn in_netns<T: Send + 'static>(
     path: &Path,
     f: impl FnOnce() -> io::Result<T> + Send + 'static,
 ) -> io::Result<T> {
+    in_namespace(path, rustix::thread::LinkNameSpaceType::Network, f)
+}
+
+/// Runs `f` on a thread that has joined the namespace of `kind` at `path`.
+fn in_namespace<T: Send + 'static>(
+    path: &Path,
+    kind: rustix::thread::LinkNameSpaceType,
+    f: impl FnOnce() -> io::Result<T> + Send + 'static,
+) -> io::Result<T> {
     let ns = fs::File::open(path)?;
     std::thread::spawn(move || {
-        rustix::thread::move_into_link_name_space(
-            ns.as_fd(),
-            Some(rustix::thread::LinkNameSpaceType::Network),
-        )
-        .map_err(io::Error::from)?;
+        rustix::thread::move_into_link_name_space(ns.as_fd(), Some(kind))
+            .map_err(io::Error::from)?;
         f()
     })
     .join()
-    .map_err(|_| io::Error::other("netns thread panicked"))?
+    .map_err(|_| io::Error::other("namespace thread panicked"))?
 }
 
 /// Sets the host name inside the UTS namespace pinned at `path`.
 pub fn set_hostname(path: &Path, hostname: &str) -> io::Result<()> {
-    let ns = fs::File::open(path)?;
     let name = hostname.to_string();
-    std::thread::spawn(move || {
-        rustix::thread::move_into_link_name_space(
-            ns.as_fd(),
-            Some(rustix::thread::LinkNameSpaceType::HostNameAndNISDomainName),
-        )
-        .map_err(io::Error::from)?;
-        rustix::system::sethostname(name.as_bytes()).map_err(io::Error::from)
-    })
-    .join()
-    .map_err(|_| io::Error::other("UTS namespace thread panicked"))?
+    in_namespace(
+        path,
+        rustix::thread::LinkNameSpaceType::HostNameAndNISDomainName,
+        move || rustix::system::sethostname(name.as_bytes()).map_err(io::Error::from),
+    )
 }
 
 /// Brings the loopback interface up inside the netns at `path`.

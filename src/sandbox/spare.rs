@@ -156,11 +156,9 @@ impl Spare {
             });
         if let Err(e) = adopted {
             tracing::warn!(error = %e, "could not take the shim started ahead");
-            // Its command line names the dir it was started in.
-            client::kill_strays(&dir);
-            for d in [&dir, target] {
-                let _ = std::fs::remove_dir_all(d);
-            }
+            // Its command line names one dir or the other.
+            remove_shim(&dir);
+            remove_shim(target);
             return false;
         }
         true
