@@ -161,7 +161,8 @@ impl SandboxManager {
             inner.names.insert(rec.reserved_name(), rec.id.clone());
             inner.records.insert(rec.id.clone(), rec);
         }
-        let spare = Arc::new(super::spare::Spare::open(&paths.state, &paths.exe));
+        let spare =
+            super::spare::Spare::new(&paths.state, &paths.exe, crate::server::idle::quiet_for);
         let m = SandboxManager {
             paths,
             images,

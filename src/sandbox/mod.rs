@@ -8,8 +8,8 @@
 //!   rootfs = overlay of the pause image, `upper`, `work`).
 //! - `<state>/s/<id>/`: the shim's dir (socket, address, exits).
 //! - `<state>/ns/<id>/{net,ipc,uts}`: pinned namespaces; `<root>/sandboxes/<id>/shm`: the pod's /dev/shm.
-//! - `<state>/spare-ns/<random>/`: the namespaces made ahead for the next
-//!   pod (`spare.rs`).
+//! - A spare: the shim and namespaces of an id no pod has taken yet, made
+//!   ahead for the next pod (`spare.rs`); it has no `<root>/sandboxes/<id>`.
 //!
 //! RunPodSandbox is transactional: each step pushes its undo on a stack,
 //! and a failure unwinds the stack in reverse, so nothing half-made stays.

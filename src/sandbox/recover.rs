@@ -10,7 +10,8 @@
 //! deterministic), and every undo tolerates a step that never happened.
 //!
 //! The same holds for state that outlived a record: a shim dir or a
-//! namespace dir whose sandbox is gone.
+//! namespace dir whose sandbox is gone, and a spare (a shim and
+//! namespaces made ahead for the next pod, `spare.rs`).
 
 use super::manager::{cgroup_parent, shim_call, SandboxManager};
 use crate::api::shim::{shim_request::Request, DeleteRequest, ShutdownRequest};
@@ -50,7 +51,13 @@ impl SandboxManager {
     /// Undoes every step an unfinished RunPodSandbox of `id` may have
     /// taken. Errors are logged, never fatal: the server must start.
     pub(super) fn discard(&self, id: &str) {
-        tracing::warn!(pod_sandbox_id = %id, "undoing an unfinished pod sandbox");
+        // A spare (`spare.rs`) has no sandbox dir and never had a network.
+        let spare = !self.sandbox_dir(id).exists();
+        if spare {
+            tracing::info!(pod_sandbox_id = %id, "removing a spare");
+        } else {
+            tracing::warn!(pod_sandbox_id = %id, "undoing an unfinished pod sandbox");
+        }
         let config = self.saved_config(id);
         let shim_dir = self.shim_dir(id);
         // The shim: its containers (the pause, and any container created
@@ -96,7 +103,7 @@ impl SandboxManager {
         }
         // The network: DEL only where ADD could have run (a pinned netns).
         let net_pin = netns::pin_path(&self.paths.state, NsKind::Net, id);
-        if is_mount_point(&net_pin) {
+        if !spare && is_mount_point(&net_pin) {
             let md = config.metadata.clone().unwrap_or_default();
             match NetworkList::load_first(&self.paths.cni_conf_dir) {
                 Ok(Some(net)) => {

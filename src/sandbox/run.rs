@@ -1,6 +1,7 @@
 //! RunPodSandbox: the transactional create (each step pushes its undo;
 //! a failure unwinds them in reverse), CNI ADD in parallel with the pause.
 
+use super::spare::Taken;
 use super::userns::{PodUserns, Userns};
 use super::{files, spec, validate, SandboxError};
 use crate::api::cri::{NamespaceMode, PodSandboxConfig};
@@ -62,6 +63,17 @@ fn image_user(user: &str) -> (u32, u32) {
     (uid, gid)
 }
 
+/// What a RunPodSandbox asks for, checked, with the id it was given.
+struct Asked<'a> {
+    id: &'a str,
+    c: &'a PodSandboxConfig,
+    image: &'a crate::image::ImageRecord,
+    runtime_handler: String,
+    userns: &'a Userns,
+    /// The spare whose id is `id`, if the pod took one.
+    spare: Option<Taken>,
+}
+
 impl SandboxManager {
     /// RunPodSandbox.
     pub async fn run(
@@ -109,18 +121,38 @@ impl SandboxManager {
                 return Err(e.into());
             }
         };
+        // The spare's id becomes the pod's; its namespaces are of use to a
+        // pod with all three of its own in the node's user namespace.
+        let own_namespaces = matches!(userns, Userns::Node)
+            && net != NamespaceMode::Node
+            && ipc != NamespaceMode::Node;
+        let spare = self.spare.take(own_namespaces);
+        let id = match &spare {
+            Some(t) => {
+                self.lock_inner().names.insert(name.clone(), t.id.clone());
+                t.id.clone()
+            }
+            None => id,
+        };
         let _lock = self.locks.lock(&id).await;
         let this = self.clone();
         let id2 = id.clone();
         let created = tokio::task::spawn_blocking(move || {
-            this.create(&id2, &config, &image, runtime_handler, &userns)
+            this.create(Asked {
+                id: &id2,
+                c: &config,
+                image: &image,
+                runtime_handler,
+                userns: &userns,
+                spare,
+            })
         })
         .await
-        .map_err(|e| SandboxError::Shim(format!("create task: {e}")))?;
-        match created {
+        .map_err(|e| SandboxError::Shim(format!("create task: {e}")));
+        self.spare.refill();
+        match created.and_then(|c| c) {
             Ok(rec) => {
                 tracing::info!(pod_sandbox_id = %id, pod = %name, ips = ?rec.ips, "pod sandbox ready");
-                self.spare.refill();
                 Ok(id)
             }
             Err(e) => {
@@ -130,16 +162,10 @@ impl SandboxManager {
         }
     }
 
-    fn create(
-        &self,
-        id: &str,
-        c: &PodSandboxConfig,
-        image: &crate::image::ImageRecord,
-        runtime_handler: String,
-        userns: &Userns,
-    ) -> Result<SandboxRecord, SandboxError> {
+    fn create(&self, asked: Asked<'_>) -> Result<SandboxRecord, SandboxError> {
         let mut undo = Undo::default();
-        let r = self.create_steps(id, c, image, runtime_handler, userns, &mut undo);
+        let id = asked.id;
+        let r = self.create_steps(asked, &mut undo);
         match r {
             Ok(rec) => {
                 undo.commit();
@@ -155,13 +181,17 @@ impl SandboxManager {
 
     fn create_steps(
         &self,
-        id: &str,
-        c: &PodSandboxConfig,
-        image: &crate::image::ImageRecord,
-        runtime_handler: String,
-        userns: &Userns,
+        asked: Asked<'_>,
         undo: &mut Undo,
     ) -> Result<SandboxRecord, SandboxError> {
+        let Asked {
+            id,
+            c,
+            image,
+            runtime_handler,
+            userns,
+            spare,
+        } = asked;
         let mut steps = crate::timing::Stages::new("RunPodSandbox");
         let md = c.metadata.clone().unwrap_or_default();
         let (net_mode, pid_mode, ipc_mode) = mode(c);
@@ -181,8 +211,8 @@ impl SandboxManager {
 
         // The shim starts on its own thread while the namespaces, bundle
         // and files are made; it is joined before the pause is created.
-        // The one started ahead is taken when there is one.
-        let shim_job: Arc<Mutex<Option<ShimJob>>> = if self.spare.take_shim(&shim_dir) {
+        // A spare's runs already.
+        let shim_job: Arc<Mutex<Option<ShimJob>>> = if spare.is_some() {
             Arc::new(Mutex::new(None))
         } else {
             let (exe, d) = (self.paths.exe.clone(), shim_dir.clone());
@@ -228,14 +258,14 @@ impl SandboxManager {
             pins.push((NsKind::Ipc, path(NsKind::Ipc)));
         }
         let pod_userns = match *userns {
+            Userns::Node if spare.as_ref().is_some_and(|t| t.namespaces) => {
+                netns::set_hostname(&path(NsKind::Uts), &hostname)
+                    .map_err(SandboxError::io("set the host name"))?;
+                None
+            }
             Userns::Node => {
-                // The set made ahead holds all three kinds.
-                let whole = pins.len() == 3;
-                let dir = self.paths.state.join("ns").join(id);
-                if !(whole && self.spare.take_namespaces(&dir, &hostname)) {
-                    netns::create_set(&pins, Some(&hostname), true)
-                        .map_err(SandboxError::io("create the pod's namespaces"))?;
-                }
+                netns::create_set(&pins, Some(&hostname), true)
+                    .map_err(SandboxError::io("create the pod's namespaces"))?;
                 None
             }
             Userns::Pod { uids, gids } => {

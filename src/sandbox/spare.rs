@@ -1,29 +1,30 @@
-//! Made ahead for the next pod: one pinned set of namespaces (a network
-//! namespace with `lo` up, a UTS and an IPC namespace) and one started
-//! shim, so that RunPodSandbox takes each with a rename instead of waiting
-//! for the kernel to make a network namespace (about a millisecond) and
-//! for a shim to start (a fork and an exec, one to two).
+//! Made ahead for the next pod: a pod sandbox id whose shim is already
+//! running and whose namespaces are already pinned, so that RunPodSandbox
+//! neither waits for a shim to start (a fork and an exec, one to two
+//! milliseconds) nor for the kernel to make a network namespace (about
+//! one).
 //!
-//! The set lives under `<state>/spare-ns/<random>/{net,uts,ipc}`. Taking it
-//! renames that directory to the pod's `<state>/ns/<id>/`: the pins are
-//! mount points inside it and move with it, and the pod's host name is then
-//! set in the UTS namespace.
+//! The spare is made where a pod of that id keeps them: the shim in
+//! `<state>/s/<id>/`, a network, a UTS and an IPC namespace (`lo` up)
+//! pinned under `<state>/ns/<id>/`. A pod takes the spare by taking its id
+//! as its own: nothing is moved or told, and only the pod's host name is
+//! then set in the UTS namespace. A pod that has no use for the namespaces
+//! (the node's network or IPC, or a user namespace of its own) takes the
+//! id and the shim, and the set is removed.
 //!
-//! The shim is started in `<state>/spare-shim/<random>/`. Taking it renames
-//! that directory to the pod's `<state>/s/<id>/` (its listening socket and
-//! pid file move with it), writes the new socket path to `address`, and
-//! tells the shim its new dir (`Adopt`), which it then also names on its
-//! command line (`shim/title.rs`).
+//! A spare differs from a pod by having no dir under `<root>/sandboxes`,
+//! which RunPodSandbox makes first of all. So a spare a killed server left
+//! is undone at the next start with the other remnants that have no
+//! record (`recover.rs`), as one whose network was never set up.
 //!
-//! New ones are made on threads of their own once the pod that took the
-//! last ones is up; at most one of each exists. The server removes them
-//! when it stops; ones left by a killed server are removed when the next
-//! one opens the state dir. Pods in a user namespace of their own, or
-//! sharing the node's network or IPC namespace, make their namespaces as
-//! before.
+//! A new spare is made on a thread of its own once the pod that took the
+//! last one is up, after the server has had no RPC in flight for
+//! [`QUIET`]: its CPU time (the namespace, the shim's start) is then not
+//! taken from the RPCs that follow a pod's start on a small node. At most
+//! one exists; the server removes it when it stops.
 
 use super::manager::shim_call;
-use crate::api::shim::{shim_request::Request, AdoptRequest, ShutdownRequest};
+use crate::api::shim::{shim_request::Request, ShutdownRequest};
 use crate::network::netns::{self, Kind};
 use crate::shim::client;
 use std::io;
@@ -34,52 +35,95 @@ use std::time::Duration;
 
 const KINDS: [Kind; 3] = [Kind::Net, Kind::Uts, Kind::Ipc];
 
-/// One kind of thing made ahead: where it is made, the one ready, and
-/// whether one is being made.
-struct Slot {
-    dir: PathBuf,
-    ready: Mutex<Option<PathBuf>>,
-    making: AtomicBool,
+/// How long the server must have had no RPC in flight before a spare is
+/// made.
+pub const QUIET: Duration = Duration::from_millis(20);
+
+/// How long a spare waits for the server to go quiet before it is made
+/// anyway.
+const QUIET_AT_MOST: Duration = Duration::from_secs(5);
+
+/// A spare as a pod takes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Taken {
+    /// The pod sandbox id, whose shim runs in `<state>/s/<id>/`.
+    pub id: String,
+    /// Whether its namespaces are pinned under `<state>/ns/<id>/`.
+    pub namespaces: bool,
 }
 
-impl Slot {
-    fn at(dir: PathBuf) -> Arc<Slot> {
-        Arc::new(Slot {
-            dir,
+/// What is made ahead (see the module's header).
+pub struct Spare {
+    state: PathBuf,
+    exe: PathBuf,
+    ready: Mutex<Option<Taken>>,
+    making: AtomicBool,
+    /// Set when the server stops: nothing more is made or kept.
+    closed: AtomicBool,
+    /// Whether the server is quiet enough to make one (from the RPC count).
+    quiet: fn(Duration) -> bool,
+}
+
+impl Spare {
+    /// Spares of shims of `exe`, with their state under `state`, made once
+    /// `quiet` says the server has been so for the time it is given.
+    pub fn new(state: &Path, exe: &Path, quiet: fn(Duration) -> bool) -> Arc<Spare> {
+        Arc::new(Spare {
+            state: state.to_path_buf(),
+            exe: exe.to_path_buf(),
             ready: Mutex::new(None),
             making: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+            quiet,
         })
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<PathBuf>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Taken>> {
         self.ready.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn take(&self) -> Option<PathBuf> {
-        self.lock().take()
+    /// Takes the spare, if one is ready. Without `namespaces` (the pod
+    /// makes its own, or has none) its set is removed first.
+    pub fn take(&self, namespaces: bool) -> Option<Taken> {
+        let mut taken = self.lock().take()?;
+        if taken.namespaces && !namespaces {
+            remove_set(&self.state.join("ns").join(&taken.id));
+            taken.namespaces = false;
+        }
+        Some(taken)
     }
 
-    /// Runs `make` on a thread of its own with a new path under the slot's
-    /// dir, unless one is ready or being made; keeps the path when `make`
-    /// succeeds (which leaves nothing there when it fails).
-    fn refill(
-        self: &Arc<Self>,
-        name: &'static str,
-        make: impl FnOnce(&Path) -> io::Result<()> + Send + 'static,
-    ) {
+    /// Makes a new spare on a thread of its own once the server is quiet,
+    /// unless one is ready or being made.
+    pub fn refill(self: &Arc<Self>) {
         if self.lock().is_some() || self.making.swap(true, Ordering::AcqRel) {
             return;
         }
         let this = self.clone();
         let spawned = std::thread::Builder::new()
-            .name(name.into())
+            .name("spare".into())
             .spawn(move || {
-                // As long as a pod's dir (`s/<32 hex>`) or longer: a shim's
-                // command line is rewritten in place to name the pod's.
-                let path = this.dir.join(format!("{:032x}", rand::random::<u128>()));
-                match make(&path) {
-                    Ok(()) => *this.lock() = Some(path),
-                    Err(e) => tracing::debug!(error = %e, name, "could not make ahead"),
+                let waited = std::time::Instant::now();
+                while !(this.quiet)(QUIET)
+                    && waited.elapsed() < QUIET_AT_MOST
+                    && !this.closed.load(Ordering::Acquire)
+                {
+                    std::thread::sleep(QUIET / 2);
+                }
+                if !this.closed.load(Ordering::Acquire) {
+                    let id = format!("{:032x}", rand::random::<u128>());
+                    match this.make(&id) {
+                        Ok(made) => {
+                            let mut ready = this.lock();
+                            if this.closed.load(Ordering::Acquire) {
+                                drop(ready);
+                                this.remove(made);
+                            } else {
+                                *ready = Some(made);
+                            }
+                        }
+                        Err(e) => tracing::debug!(error = %e, "could not make a spare"),
+                    }
                 }
                 this.making.store(false, Ordering::Release);
             });
@@ -87,144 +131,83 @@ impl Slot {
             self.making.store(false, Ordering::Release);
         }
     }
-}
 
-/// What is made ahead (see the module's header).
-pub struct Spare {
-    ns: Arc<Slot>,
-    shim: Arc<Slot>,
-    exe: PathBuf,
-}
-
-impl Spare {
-    /// The spares under `<state>/spare-ns` and `<state>/spare-shim` (shims
-    /// of `exe`); any left there by an earlier server are removed.
-    pub fn open(state: &Path, exe: &Path) -> Spare {
-        let spare = Spare {
-            ns: Slot::at(state.join("spare-ns")),
-            shim: Slot::at(state.join("spare-shim")),
-            exe: exe.to_path_buf(),
+    /// Starts the shim of `id` (on a thread) while its namespaces are made.
+    /// A spare without namespaces is still of use; one without a shim is
+    /// not, and leaves nothing.
+    fn make(&self, id: &str) -> io::Result<Taken> {
+        let dir = self.state.join("s").join(id);
+        let (exe, d) = (self.exe.clone(), dir.clone());
+        let shim = std::thread::spawn(move || client::spawn(&exe, &d));
+        let set = self.state.join("ns").join(id);
+        let pins: Vec<(Kind, PathBuf)> = KINDS
+            .iter()
+            .map(|k| (*k, set.join(k.proc_name())))
+            .collect();
+        let namespaces = match netns::create_set(&pins, None, true) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::debug!(error = %e, "could not make a spare's namespaces");
+                let _ = std::fs::remove_dir(&set);
+                false
+            }
         };
-        for set in entries(&spare.ns.dir) {
-            remove_set(&set);
-        }
-        for dir in entries(&spare.shim.dir) {
+        let started = shim
+            .join()
+            .unwrap_or_else(|_| Err(io::Error::other("the shim's thread panicked")));
+        if let Err(e) = started {
             remove_shim(&dir);
+            if namespaces {
+                remove_set(&set);
+            }
+            return Err(e);
         }
-        spare
+        Ok(Taken {
+            id: id.to_string(),
+            namespaces,
+        })
     }
 
-    /// Moves the ready set to `target` (the pod's namespace dir, which must
-    /// not exist) and sets `hostname` in it. False when no set was ready or
-    /// the move failed; then nothing is left at `target`.
-    pub fn take_namespaces(&self, target: &Path, hostname: &str) -> bool {
-        let Some(set) = self.ns.take() else {
-            return false;
-        };
-        if let Err(e) = move_dir(&set, target) {
-            tracing::warn!(error = %e, "could not take the namespaces made ahead");
-            remove_set(&set);
-            return false;
-        }
-        if let Err(e) = netns::set_hostname(&target.join(Kind::Uts.proc_name()), hostname) {
-            tracing::warn!(error = %e, "could not set the host name in the namespaces made ahead");
-            remove_set(target);
-            return false;
-        }
-        true
-    }
-
-    /// Moves the ready shim to `target` (the pod's shim dir, which must not
-    /// exist) and has it adopt that dir. False when none was ready or the
-    /// move failed; then nothing is left at `target`.
-    pub fn take_shim(&self, target: &Path) -> bool {
-        let Some(dir) = self.shim.take() else {
-            return false;
-        };
-        let adopted = move_dir(&dir, target)
-            .map_err(|e| e.to_string())
-            .and_then(|()| {
-                let sock = target.join("shim.sock").display().to_string();
-                crate::store::atomic::write_state_file(&target.join("address"), sock.as_bytes())
-                    .map_err(|e| e.to_string())
-            })
-            .and_then(|()| {
-                let dir = target.display().to_string();
-                shim_call(target, Request::Adopt(AdoptRequest { dir }))
-                    .map(drop)
-                    .map_err(|e| e.to_string())
-            });
-        if let Err(e) = adopted {
-            tracing::warn!(error = %e, "could not take the shim started ahead");
-            // Its command line names one dir or the other.
-            remove_shim(&dir);
-            remove_shim(target);
-            return false;
-        }
-        true
-    }
-
-    /// Makes new ones on threads of their own, where none is ready or
-    /// being made.
-    pub fn refill(&self) {
-        self.ns.refill("spare-ns", |set| {
-            let pins: Vec<(Kind, PathBuf)> = KINDS
-                .iter()
-                .map(|k| (*k, set.join(k.proc_name())))
-                .collect();
-            netns::create_set(&pins, None, true).inspect_err(|_| {
-                let _ = std::fs::remove_dir(set);
-            })
-        });
-        let exe = self.exe.clone();
-        self.shim.refill("spare-shim", move |dir| {
-            client::spawn(&exe, dir).inspect_err(|_| remove_shim(dir))
-        });
-    }
-
-    /// Removes the ready ones (the server is stopping).
+    /// Removes the spare that is ready, and one being made once it is
+    /// (the server is stopping); none is made after.
     pub fn clear(&self) {
-        if let Some(set) = self.ns.take() {
-            remove_set(&set);
+        let ready = {
+            let mut ready = self.lock();
+            self.closed.store(true, Ordering::Release);
+            ready.take()
+        };
+        if let Some(t) = ready {
+            self.remove(t);
         }
-        if let Some(dir) = self.shim.take() {
-            let _ = shim_call(&dir, Request::Shutdown(ShutdownRequest::default()));
-            super::teardown::wait_gone(&dir, Duration::from_secs(5));
-            remove_shim(&dir);
+        let waited = std::time::Instant::now();
+        while self.making.load(Ordering::Acquire) && waited.elapsed() < QUIET_AT_MOST {
+            std::thread::sleep(Duration::from_millis(5));
         }
     }
-}
 
-/// The entries of `dir`, if it exists.
-fn entries(dir: &Path) -> Vec<PathBuf> {
-    std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.path())
-        .collect()
-}
-
-/// Renames `from` to `to`, making `to`'s parent first.
-fn move_dir(from: &Path, to: &Path) -> io::Result<()> {
-    if let Some(parent) = to.parent() {
-        std::fs::create_dir_all(parent)?;
+    /// Stops a spare's shim and removes it and its namespaces.
+    fn remove(&self, t: Taken) {
+        let dir = self.state.join("s").join(&t.id);
+        let _ = shim_call(&dir, Request::Shutdown(ShutdownRequest::default()));
+        super::teardown::wait_gone(&dir, Duration::from_secs(5));
+        remove_shim(&dir);
+        if t.namespaces {
+            remove_set(&self.state.join("ns").join(&t.id));
+        }
     }
-    std::fs::rename(from, to)
 }
 
 /// Unpins a set's namespaces and removes its directory.
 fn remove_set(set: &Path) {
     for k in KINDS {
         if let Err(e) = netns::remove(&set.join(k.proc_name())) {
-            tracing::warn!(pin = %set.join(k.proc_name()).display(), error = %e, "remove a namespace made ahead");
+            tracing::warn!(pin = %set.join(k.proc_name()).display(), error = %e, "remove a spare namespace");
         }
     }
     let _ = std::fs::remove_dir(set);
 }
 
-/// Kills a shim started ahead (it never had containers) and removes its
-/// dir.
+/// Kills a spare shim (it never had containers) and removes its dir.
 fn remove_shim(dir: &Path) {
     client::kill_strays(dir);
     let _ = std::fs::remove_dir_all(dir);
@@ -235,67 +218,87 @@ fn remove_shim(dir: &Path) {
 mod tests {
     use super::*;
 
-    fn wait_ready(s: &Spare) -> bool {
-        for _ in 0..500 {
-            if s.ns.lock().is_some() {
-                return true;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-        false
+    fn entries(dir: &Path) -> usize {
+        std::fs::read_dir(dir).map(|d| d.count()).unwrap_or(0)
     }
 
     #[test]
-    fn a_set_of_namespaces_is_made_taken_once_and_cleared() {
+    fn without_a_shim_nothing_is_kept() {
         if !rustix::process::geteuid().is_root() {
             return;
         }
         let state = tempfile::tempdir().unwrap();
-        let spare = Arc::new(Spare::open(state.path(), Path::new("/nonexistent/husk")));
-        let target = state.path().join("ns").join("pod");
-        assert!(
-            !spare.take_namespaces(&target, "x"),
-            "nothing is ready before a refill"
-        );
+        let spare = Spare::new(state.path(), Path::new("/nonexistent/husk"), |_| true);
+        assert_eq!(spare.take(true), None, "nothing is ready before a refill");
+        assert!(spare.make("a").is_err());
+        assert!(crate::sys::mounts_under(state.path()).is_empty());
+        assert_eq!(entries(&state.path().join("ns")), 0);
+        assert_eq!(entries(&state.path().join("s")), 0);
+    }
+
+    #[test]
+    fn a_spare_waits_for_the_server_to_be_quiet() {
+        static QUIET_NOW: AtomicBool = AtomicBool::new(false);
+        let state = tempfile::tempdir().unwrap();
+        let spare = Spare::new(state.path(), Path::new("/nonexistent/husk"), |_| {
+            QUIET_NOW.load(Ordering::Relaxed)
+        });
         spare.refill();
-        assert!(wait_ready(&spare));
-        assert!(spare.take_namespaces(&target, "pod-host"));
-        assert!(!spare.take_namespaces(&state.path().join("ns").join("other"), "y"));
-        for k in KINDS {
-            assert!(crate::sys::mounts_under(&target).contains(&target.join(k.proc_name())));
+        std::thread::sleep(QUIET * 5);
+        assert!(spare.making.load(Ordering::Acquire), "still waiting");
+        assert_eq!(entries(&state.path().join("s")), 0, "nothing made yet");
+        QUIET_NOW.store(true, Ordering::Relaxed);
+        for _ in 0..500 {
+            if !spare.making.load(Ordering::Acquire) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
         }
+        assert!(
+            !spare.making.load(Ordering::Acquire),
+            "made (or failed) once quiet"
+        );
+    }
+
+    #[test]
+    fn none_is_made_once_the_server_stops() {
+        let state = tempfile::tempdir().unwrap();
+        let spare = Spare::new(state.path(), Path::new("/nonexistent/husk"), |_| false);
+        spare.refill();
+        assert!(spare.making.load(Ordering::Acquire));
+        spare.clear();
+        assert!(!spare.making.load(Ordering::Acquire), "the wait ended");
+        spare.refill();
+        assert_eq!(spare.take(true), None);
+        assert_eq!(entries(&state.path().join("s")), 0);
+        assert_eq!(entries(&state.path().join("ns")), 0);
+    }
+
+    #[test]
+    fn a_set_taken_without_its_namespaces_is_removed() {
+        if !rustix::process::geteuid().is_root() {
+            return;
+        }
+        let state = tempfile::tempdir().unwrap();
+        let spare = Spare::new(state.path(), Path::new("/nonexistent/husk"), |_| true);
+        let set = state.path().join("ns").join("b");
+        let pins: Vec<(Kind, PathBuf)> = KINDS
+            .iter()
+            .map(|k| (*k, set.join(k.proc_name())))
+            .collect();
+        netns::create_set(&pins, None, true).unwrap();
         assert_eq!(
-            netns::interfaces(&target.join("net")).unwrap(),
+            netns::interfaces(&set.join("net")).unwrap(),
             vec!["lo".to_string()]
         );
-        let uts = std::fs::File::open(target.join("uts")).unwrap();
-        let name = std::thread::spawn(move || {
-            rustix::thread::move_into_link_name_space(
-                std::os::fd::AsFd::as_fd(&uts),
-                Some(rustix::thread::LinkNameSpaceType::HostNameAndNISDomainName),
-            )
-            .unwrap();
-            rustix::system::uname()
-                .nodename()
-                .to_string_lossy()
-                .into_owned()
-        })
-        .join()
-        .unwrap();
-        assert_eq!(name, "pod-host");
-        // A new set, then one left as a killed server leaves it.
-        spare.refill();
-        assert!(wait_ready(&spare));
-        assert_eq!(crate::sys::mounts_under(&spare.ns.dir).len(), 3);
-        let reopened = Spare::open(state.path(), Path::new("/nonexistent/husk"));
-        assert!(crate::sys::mounts_under(&reopened.ns.dir).is_empty());
-        assert_eq!(std::fs::read_dir(&reopened.ns.dir).unwrap().count(), 0);
-        // A shim that could not be started left nothing.
-        assert!(entries(&spare.shim.dir).is_empty());
-        reopened.clear();
-        spare.clear();
-        for k in KINDS {
-            netns::remove(&target.join(k.proc_name())).unwrap();
-        }
+        *spare.lock() = Some(Taken {
+            id: "b".into(),
+            namespaces: true,
+        });
+        let t = spare.take(false).unwrap();
+        assert_eq!((t.id.as_str(), t.namespaces), ("b", false));
+        assert!(crate::sys::mounts_under(state.path()).is_empty());
+        assert!(!set.exists());
+        assert_eq!(spare.take(true), None, "taken once");
     }
 }

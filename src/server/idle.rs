@@ -48,6 +48,12 @@ pub fn enter() -> InFlight {
     InFlight(())
 }
 
+/// Whether no RPC is in flight and none has ended for `d`.
+pub fn quiet_for(d: Duration) -> bool {
+    IN_FLIGHT.load(Ordering::Relaxed) == 0
+        && now_ms().saturating_sub(LAST_END_MS.load(Ordering::Relaxed)) >= d.as_millis() as u64
+}
+
 /// Whether a trim is due: nothing in flight, quiet for [`QUIET`], and RPCs
 /// ended since the last trim (`trimmed`, the count then).
 fn due(in_flight: usize, ended: u64, trimmed: Option<u64>, quiet_ms: u64) -> bool {

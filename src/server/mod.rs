@@ -9,7 +9,7 @@
 pub mod admin;
 pub mod deadline;
 pub mod h2front;
-mod idle;
+pub(crate) mod idle;
 pub mod image;
 pub mod instrument;
 pub mod runtime;

@@ -25,7 +25,6 @@ pub mod process;
 mod reap;
 pub mod stream;
 pub mod tenant;
-mod title;
 pub mod wire;
 
 /// Exit record written when a container's init is reaped.

@@ -149,7 +149,6 @@ impl Shim {
                     format!("container {} not found in this shim", s.id),
                 ),
             },
-            Some(Request::Adopt(a)) => self.adopt(Path::new(&a.dir)),
             Some(Request::Shutdown(r)) => {
                 if r.delete_stopped {
                     let stopped: Vec<String> = self
@@ -184,32 +183,6 @@ impl Shim {
 
     /// Takes `dir` as this shim's state dir: the server renamed the dir
     /// it was started in (ahead of its pod) to it.
-    fn adopt(&mut self, dir: &Path) -> ShimResponse {
-        if !self.containers.is_empty() {
-            return reply_err(FAILED_PRECONDITION, "a shim with containers keeps its dir");
-        }
-        let sock = dir.join("shim.sock");
-        if !dir.is_absolute() || !sock.exists() {
-            return reply_err(INVALID, format!("{} is not this shim's dir", dir.display()));
-        }
-        if let Err(e) = crate::store::atomic::write_state_file(
-            &dir.join("address"),
-            sock.display().to_string().as_bytes(),
-        ) {
-            return reply_err(INTERNAL, format!("write the address: {e}"));
-        }
-        let was = std::mem::replace(&mut self.dir, dir.to_path_buf());
-        self.youki = dir.join("youki");
-        let (old, new) = (
-            was.as_os_str().as_encoded_bytes(),
-            dir.as_os_str().as_encoded_bytes(),
-        );
-        if let Err(e) = super::title::rename_argument(old, new) {
-            tracing::warn!(error = %e, "the command line still names the dir the shim started in");
-        }
-        self.ok("")
-    }
-
     fn create(&mut self, req: &CreateRequest) -> ShimResponse {
         let id = req.id.as_str();
         let bundle = Path::new(&req.bundle);

@@ -172,6 +172,27 @@ pub fn shims_for(dir: &Path) -> usize {
     String::from_utf8_lossy(&out.stdout).lines().count()
 }
 
+/// The ids of the spares (`sandbox/spare.rs`): a shim dir or a namespace
+/// dir whose id has no sandbox dir, since a pod's RunPodSandbox makes that
+/// first.
+pub fn spares(p: &Pod) -> Vec<String> {
+    let d = p.h.dir.path();
+    let mut ids: Vec<String> = ["run/s", "run/ns"]
+        .iter()
+        .flat_map(|sub| {
+            std::fs::read_dir(d.join(sub))
+                .into_iter()
+                .flatten()
+                .flatten()
+        })
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|id| !d.join("root/sandboxes").join(id).exists())
+        .collect();
+    ids.sort();
+    ids.dedup();
+    ids
+}
+
 /// Everything a sandbox could leave behind, counted.
 pub fn leftovers(p: &Pod) -> Vec<String> {
     let mut v = Vec::new();
@@ -181,29 +202,42 @@ pub fn leftovers(p: &Pod) -> Vec<String> {
     if p.net.leases() > 0 {
         v.push(format!("{} leases", p.net.leases()));
     }
-    // The namespaces the server makes ahead for the next pod are no pod's:
-    // one set of three pins at most.
-    let spare = p.h.dir.path().join("run/spare-ns");
+    // The spare the server makes ahead for the next pod is no pod's: one
+    // at most, with its three pins and its shim.
+    let spares = spares(p);
+    let spare_dirs: Vec<std::path::PathBuf> = spares
+        .iter()
+        .flat_map(|id| {
+            [
+                p.h.dir.path().join("run/ns").join(id),
+                p.h.dir.path().join("run/s").join(id),
+            ]
+        })
+        .collect();
     let (kept, mounts): (Vec<String>, Vec<String>) = super::mounts_under(p.h.dir.path())
         .into_iter()
-        .partition(|m| Path::new(m).starts_with(&spare));
+        .partition(|m| spare_dirs.iter().any(|d| Path::new(m).starts_with(d)));
     if !mounts.is_empty() {
         v.push(format!("mounts {mounts:?}"));
     }
-    let sets = std::fs::read_dir(&spare).map(|r| r.count()).unwrap_or(0);
-    if sets > 1 || kept.len() > 3 {
-        v.push(format!("{sets} sets of namespaces made ahead: {kept:?}"));
+    if spares.len() > 1 || kept.len() > 3 {
+        v.push(format!(
+            "{} spares: {spares:?}, pins {kept:?}",
+            spares.len()
+        ));
     }
-    // Likewise the one shim started ahead.
-    let ahead = shims_for(&p.h.dir.path().join("run/spare-shim"));
+    let spare_shims: usize = spare_dirs.iter().map(|d| shims_for(d)).sum();
     let shims = shims_for(p.h.dir.path());
-    if ahead > 1 || shims > ahead {
-        v.push(format!("{shims} shim processes ({ahead} started ahead)"));
+    if spare_shims > 1 || shims > spare_shims {
+        v.push(format!("{shims} shim processes ({spare_shims} of a spare)"));
     }
     for sub in ["root/sandboxes", "run/s", "run/ns"] {
         let n = std::fs::read_dir(p.h.dir.path().join(sub))
-            .map(|r| r.count())
-            .unwrap_or(0);
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| !spares.contains(&e.file_name().to_string_lossy().into_owned()))
+            .count();
         if n > 0 {
             v.push(format!("{n} entries in {sub}"));
         }
