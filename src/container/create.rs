@@ -92,7 +92,7 @@ impl ContainerManager {
         // First, so an interrupted create can be undone (recover.rs).
         std::fs::write(dir.join(super::recover::SANDBOX_FILE), sandbox_id)
             .map_err(SandboxError::io("create container dir"))?;
-        for d in ["rootfs", "upper", "work", "volumes"] {
+        for d in ["rootfs", "upper", "work"] {
             std::fs::create_dir_all(dir.join(d))
                 .map_err(SandboxError::io("create container dir"))?;
         }

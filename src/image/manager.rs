@@ -108,7 +108,13 @@ pub struct ImageManager {
     pub(super) progress: Mutex<HashMap<u64, Arc<Progress>>>,
     pub(super) next_pull: AtomicU64,
     fs_usage: Mutex<Option<(Instant, FsUsage)>>,
+    /// Image configs last read, by image id (content-addressed, so never
+    /// stale): every pod start reads the pause's and its containers'.
+    configs: Mutex<HashMap<String, Arc<[u8]>>>,
 }
+
+/// Image configs kept read at most.
+const CONFIGS_KEPT: usize = 16;
 
 pub fn now_ns() -> i64 {
     std::time::SystemTime::now()
@@ -139,6 +145,7 @@ impl ImageManager {
             progress: Mutex::new(HashMap::new()),
             next_pull: AtomicU64::new(1),
             fs_usage: Mutex::new(None),
+            configs: Mutex::new(HashMap::new()),
         };
         let (blobs, snaps) = m.collect_garbage()?;
         if blobs + snaps > 0 {
@@ -215,8 +222,18 @@ impl ImageManager {
     }
 
     /// The config blob of an image (for verbose status and containers).
-    pub fn config_json(&self, rec: &ImageRecord) -> Result<Vec<u8>, ImageError> {
-        self.content.read(&rec.id)
+    pub fn config_json(&self, rec: &ImageRecord) -> Result<Arc<[u8]>, ImageError> {
+        let lock = || self.configs.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = lock().get(&rec.id) {
+            return Ok(c.clone());
+        }
+        let c: Arc<[u8]> = self.content.read(&rec.id)?.into();
+        let mut kept = lock();
+        if kept.len() >= CONFIGS_KEPT {
+            kept.clear();
+        }
+        kept.insert(rec.id.clone(), c.clone());
+        Ok(c)
     }
 
     /// Removes an image by ID, tag or digest: the whole image, then its

@@ -72,6 +72,8 @@ struct Asked<'a> {
     userns: &'a Userns,
     /// The spare whose id is `id`, if the pod took one.
     spare: Option<Taken>,
+    /// The RPC's stages so far.
+    steps: crate::timing::Stages,
 }
 
 impl SandboxManager {
@@ -81,6 +83,7 @@ impl SandboxManager {
         config: PodSandboxConfig,
         runtime_handler: String,
     ) -> Result<String, SandboxError> {
+        let mut steps = crate::timing::Stages::new("RunPodSandbox");
         let userns = validate::config(&config).map_err(SandboxError::Invalid)?;
         let (net, pid, ipc) = mode(&config);
         userns
@@ -103,15 +106,19 @@ impl SandboxManager {
             }
             inner.names.insert(name.clone(), id.clone());
         }
+        steps.end("validate");
         let release = |m: &SandboxManager| {
             m.lock_inner().names.remove(&name);
         };
         let image = match self.images.find(&self.paths.sandbox_image) {
             Some(r) => Ok(r),
             None => {
-                self.images
+                let pulled = self
+                    .images
                     .pull(&self.paths.sandbox_image, &Default::default())
-                    .await
+                    .await;
+                steps.end_external("image pull");
+                pulled
             }
         };
         let image = match image {
@@ -135,6 +142,7 @@ impl SandboxManager {
             None => id,
         };
         let _lock = self.locks.lock(&id).await;
+        steps.end("image and spare");
         let this = self.clone();
         let id2 = id.clone();
         let created = tokio::task::spawn_blocking(move || {
@@ -145,6 +153,7 @@ impl SandboxManager {
                 runtime_handler,
                 userns: &userns,
                 spare,
+                steps,
             })
         })
         .await
@@ -191,8 +200,9 @@ impl SandboxManager {
             runtime_handler,
             userns,
             spare,
+            mut steps,
         } = asked;
-        let mut steps = crate::timing::Stages::new("RunPodSandbox");
+        steps.end("task");
         let md = c.metadata.clone().unwrap_or_default();
         let (net_mode, pid_mode, ipc_mode) = mode(c);
         let host_net = net_mode == NamespaceMode::Node;
@@ -208,6 +218,7 @@ impl SandboxManager {
         }
         std::fs::write(dir.join("config.pb"), c.encode_to_vec())
             .map_err(SandboxError::io("save sandbox config"))?;
+        steps.end("sandbox dir");
 
         // The shim starts on its own thread while the namespaces, bundle
         // and files are made; it is joined before the pause is created.

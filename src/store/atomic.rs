@@ -30,7 +30,7 @@ pub fn write_state_file(path: &Path, data: &[u8]) -> io::Result<()> {
 /// (NotFound) if its directory is gone rather than creating it again: for
 /// records a concurrent removal may have deleted.
 pub fn replace_state_json<T: Serialize>(path: &Path, value: &T) -> io::Result<()> {
-    let data = serde_json::to_vec_pretty(value).map_err(io::Error::other)?;
+    let data = serde_json::to_vec(value).map_err(io::Error::other)?;
     write_file_in(path, &data, false, false)
 }
 
@@ -77,7 +77,7 @@ pub fn write_json<T: Serialize>(path: &Path, value: &T) -> io::Result<()> {
 /// Serializes runtime state `value` as JSON and writes it atomically (not
 /// synced).
 pub fn write_state_json<T: Serialize>(path: &Path, value: &T) -> io::Result<()> {
-    let data = serde_json::to_vec_pretty(value).map_err(io::Error::other)?;
+    let data = serde_json::to_vec(value).map_err(io::Error::other)?;
     write_state_file(path, &data)
 }
 
