@@ -128,12 +128,8 @@ impl SandboxManager {
                 return Err(e.into());
             }
         };
-        // The spare's id becomes the pod's; its namespaces are of use to a
-        // pod with all three of its own in the node's user namespace.
-        let own_namespaces = matches!(userns, Userns::Node)
-            && net != NamespaceMode::Node
-            && ipc != NamespaceMode::Node;
-        let spare = self.spare.take(own_namespaces);
+        // The spare's id becomes the pod's.
+        let spare = self.spare.take();
         let id = match &spare {
             Some(t) => {
                 self.lock_inner().names.insert(name.clone(), t.id.clone());
@@ -199,7 +195,7 @@ impl SandboxManager {
             image,
             runtime_handler,
             userns,
-            spare,
+            mut spare,
             mut steps,
         } = asked;
         steps.end("task");
@@ -267,6 +263,13 @@ impl SandboxManager {
         }
         if !host_ipc {
             pins.push((NsKind::Ipc, path(NsKind::Ipc)));
+        }
+        // The spare's namespaces are of use to a pod with all three of its
+        // own in the node's user namespace; another has them removed.
+        if let Some(t) = spare.as_mut() {
+            if pins.len() < 3 || !matches!(userns, Userns::Node) {
+                self.spare.remove_namespaces(t);
+            }
         }
         let pod_userns = match *userns {
             Userns::Node if spare.as_ref().is_some_and(|t| t.namespaces) => {

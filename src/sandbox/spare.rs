@@ -82,15 +82,18 @@ impl Spare {
         self.ready.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Takes the spare, if one is ready. Without `namespaces` (the pod
-    /// makes its own, or has none) its set is removed first.
-    pub fn take(&self, namespaces: bool) -> Option<Taken> {
-        let mut taken = self.lock().take()?;
-        if taken.namespaces && !namespaces {
+    /// Takes the spare, if one is ready.
+    pub fn take(&self) -> Option<Taken> {
+        self.lock().take()
+    }
+
+    /// Removes the namespaces of a spare taken by a pod that makes its own
+    /// or has none.
+    pub fn remove_namespaces(&self, taken: &mut Taken) {
+        if taken.namespaces {
             remove_set(&self.state.join("ns").join(&taken.id));
             taken.namespaces = false;
         }
-        Some(taken)
     }
 
     /// Makes a new spare on a thread of its own once the server is quiet,
@@ -229,7 +232,7 @@ mod tests {
         }
         let state = tempfile::tempdir().unwrap();
         let spare = Spare::new(state.path(), Path::new("/nonexistent/husk"), |_| true);
-        assert_eq!(spare.take(true), None, "nothing is ready before a refill");
+        assert_eq!(spare.take(), None, "nothing is ready before a refill");
         assert!(spare.make("a").is_err());
         assert!(crate::sys::mounts_under(state.path()).is_empty());
         assert_eq!(entries(&state.path().join("ns")), 0);
@@ -269,7 +272,7 @@ mod tests {
         spare.clear();
         assert!(!spare.making.load(Ordering::Acquire), "the wait ended");
         spare.refill();
-        assert_eq!(spare.take(true), None);
+        assert_eq!(spare.take(), None);
         assert_eq!(entries(&state.path().join("s")), 0);
         assert_eq!(entries(&state.path().join("ns")), 0);
     }
@@ -295,10 +298,12 @@ mod tests {
             id: "b".into(),
             namespaces: true,
         });
-        let t = spare.take(false).unwrap();
-        assert_eq!((t.id.as_str(), t.namespaces), ("b", false));
+        let mut t = spare.take().unwrap();
+        assert_eq!((t.id.as_str(), t.namespaces), ("b", true));
+        assert_eq!(spare.take(), None, "taken once");
+        spare.remove_namespaces(&mut t);
+        assert!(!t.namespaces);
         assert!(crate::sys::mounts_under(state.path()).is_empty());
         assert!(!set.exists());
-        assert_eq!(spare.take(true), None, "taken once");
     }
 }

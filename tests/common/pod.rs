@@ -203,20 +203,32 @@ pub fn leftovers(p: &Pod) -> Vec<String> {
         v.push(format!("{} leases", p.net.leases()));
     }
     // The spare the server makes ahead for the next pod is no pod's: one
-    // at most, with its three pins and its shim.
+    // at most, with its three pins and its shim. One may be in the making
+    // while this looks, so what is found is listed first and the spares
+    // after: a spare made in between is then known as one.
+    let d = p.h.dir.path();
+    let listed: Vec<(&str, Vec<String>)> = ["root/sandboxes", "run/s", "run/ns"]
+        .into_iter()
+        .map(|sub| {
+            let names = std::fs::read_dir(d.join(sub))
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect();
+            (sub, names)
+        })
+        .collect();
+    let all_mounts = super::mounts_under(d);
+    let shims = shims_for(d);
     let spares = spares(p);
     let spare_dirs: Vec<std::path::PathBuf> = spares
         .iter()
-        .flat_map(|id| {
-            [
-                p.h.dir.path().join("run/ns").join(id),
-                p.h.dir.path().join("run/s").join(id),
-            ]
-        })
+        .flat_map(|id| [d.join("run/ns").join(id), d.join("run/s").join(id)])
         .collect();
-    let (kept, mounts): (Vec<String>, Vec<String>) = super::mounts_under(p.h.dir.path())
+    let (kept, mounts): (Vec<String>, Vec<String>) = all_mounts
         .into_iter()
-        .partition(|m| spare_dirs.iter().any(|d| Path::new(m).starts_with(d)));
+        .partition(|m| spare_dirs.iter().any(|s| Path::new(m).starts_with(s)));
     if !mounts.is_empty() {
         v.push(format!("mounts {mounts:?}"));
     }
@@ -226,18 +238,12 @@ pub fn leftovers(p: &Pod) -> Vec<String> {
             spares.len()
         ));
     }
-    let spare_shims: usize = spare_dirs.iter().map(|d| shims_for(d)).sum();
-    let shims = shims_for(p.h.dir.path());
+    let spare_shims: usize = spare_dirs.iter().map(|s| shims_for(s)).sum();
     if spare_shims > 1 || shims > spare_shims {
         v.push(format!("{shims} shim processes ({spare_shims} of a spare)"));
     }
-    for sub in ["root/sandboxes", "run/s", "run/ns"] {
-        let n = std::fs::read_dir(p.h.dir.path().join(sub))
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter(|e| !spares.contains(&e.file_name().to_string_lossy().into_owned()))
-            .count();
+    for (sub, names) in listed {
+        let n = names.iter().filter(|n| !spares.contains(n)).count();
         if n > 0 {
             v.push(format!("{n} entries in {sub}"));
         }
