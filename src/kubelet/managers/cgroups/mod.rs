@@ -66,6 +66,9 @@ pub struct PodCgroups {
     backend: Backend,
     /// Per pod: its QoS path, CPU request (millicores) and what was applied.
     pods: Mutex<HashMap<String, (String, i64, ResourceConfig)>>,
+    /// Held from the sum of the burstable requests to its write, so that
+    /// pod workers racing cannot leave an older sum written last.
+    burstable: Mutex<()>,
 }
 
 impl PodCgroups {
@@ -87,6 +90,7 @@ impl PodCgroups {
             root: s.cgroup_root.trim_end_matches('/').to_string(),
             backend,
             pods: Mutex::new(HashMap::new()),
+            burstable: Mutex::new(()),
         })
     }
 
@@ -178,6 +182,7 @@ impl PodCgroups {
 
     /// `burstable`'s shares: its pods' CPU requests together.
     fn update_burstable(&self) -> Result<(), CgroupError> {
+        let _one_at_a_time = self.burstable.lock().unwrap_or_else(|e| e.into_inner());
         let total: i64 = self.lock().values().map(|(_, req, _)| *req).sum();
         self.backend.apply(
             &format!("{}/burstable", self.root),
