@@ -110,17 +110,18 @@ impl SandboxManager {
         let release = |m: &SandboxManager| {
             m.lock_inner().names.remove(&name);
         };
-        let image = match self.images.find(&self.paths.sandbox_image) {
+        let found = self.images.find(&self.paths.sandbox_image);
+        steps.end("image");
+        let image = match found {
             Some(r) => Ok(r),
             None => {
-                let pulled = self
-                    .images
+                self.images
                     .pull(&self.paths.sandbox_image, &Default::default())
-                    .await;
-                steps.end_external("image pull");
-                pulled
+                    .await
             }
         };
+        // Every pod has each stage (none when the image was there).
+        steps.end_external("image pull");
         let image = match image {
             Ok(i) => i,
             Err(e) => {
@@ -138,7 +139,7 @@ impl SandboxManager {
             None => id,
         };
         let _lock = self.locks.lock(&id).await;
-        steps.end("image and spare");
+        steps.end("spare");
         let this = self.clone();
         let id2 = id.clone();
         let created = tokio::task::spawn_blocking(move || {

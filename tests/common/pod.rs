@@ -176,7 +176,11 @@ pub fn shims_for(dir: &Path) -> usize {
 /// dir whose id has no sandbox dir, since a pod's RunPodSandbox makes that
 /// first.
 pub fn spares(p: &Pod) -> Vec<String> {
-    let d = p.h.dir.path();
+    spares_in(p.h.dir.path())
+}
+
+/// [`spares`] of the server whose test dir is `d`.
+pub fn spares_in(d: &Path) -> Vec<String> {
     let mut ids: Vec<String> = ["run/s", "run/ns"]
         .iter()
         .flat_map(|sub| {
