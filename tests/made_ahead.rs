@@ -6,7 +6,6 @@
 mod common;
 
 use common::pod::*;
-use husk::api::cri::{LinuxSandboxSecurityContext, NamespaceMode, NamespaceOption};
 use std::path::Path;
 use std::process::Command;
 
@@ -96,13 +95,7 @@ async fn a_spare_becomes_one_pod_and_leaves_with_the_server() {
 
     // The node's network: the spare's id and shim, not its namespaces.
     let mut c = p.config("hostnet");
-    c.linux.as_mut().unwrap().security_context = Some(LinuxSandboxSecurityContext {
-        namespace_options: Some(NamespaceOption {
-            network: NamespaceMode::Node as i32,
-            ..Default::default()
-        }),
-        ..Default::default()
-    });
+    host_network(&mut c);
     let b = run(&p.h, c).await.unwrap();
     assert_eq!(b, second.id);
     assert_eq!(shim_pid(&run_dir.join("s").join(&b)), Some(second.shim));

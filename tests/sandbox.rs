@@ -268,13 +268,7 @@ async fn host_network_pod_and_a_host_port() {
     let p = setup(vec![]).await;
     let h = &p.h;
     let mut c = p.config("hostnet");
-    c.linux.as_mut().unwrap().security_context = Some(LinuxSandboxSecurityContext {
-        namespace_options: Some(NamespaceOption {
-            network: NamespaceMode::Node as i32,
-            ..Default::default()
-        }),
-        ..Default::default()
-    });
+    host_network(&mut c);
     let id = run(h, c).await.unwrap();
     let st = status(h, &id).await.unwrap();
     let pid = pause_pid(&st);
@@ -410,25 +404,11 @@ async fn missing_sandbox_image_fails_cleanly() {
     p.net.write(&h2.dir.path().join("net.d"), vec![]);
     let e = run(&h2, p.config("x")).await.unwrap_err();
     assert_eq!(e.code(), tonic::Code::NotFound, "{e:?}");
-    // Nothing but the spare the server makes ahead (no sandbox dir; one
-    // may be in the making, so what is there is listed first).
-    let listed: Vec<(&str, Vec<String>)> = ["root/sandboxes", "run/s", "run/ns"]
-        .into_iter()
-        .map(|sub| {
-            let names = std::fs::read_dir(h2.dir.path().join(sub))
-                .into_iter()
-                .flatten()
-                .flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect();
-            (sub, names)
-        })
-        .collect();
-    let spares = spares_in(h2.dir.path());
+    // Nothing but the spare the server makes ahead.
+    let (left, spares) = unspared(h2.dir.path());
     assert!(spares.len() <= 1, "{spares:?}");
-    for (sub, names) in listed {
-        let left: Vec<_> = names.iter().filter(|n| !spares.contains(n)).collect();
-        assert!(left.is_empty(), "{sub}: {left:?}");
+    for (sub, names) in left {
+        assert!(names.is_empty(), "{sub}: {names:?}");
     }
 }
 

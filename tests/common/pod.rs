@@ -197,21 +197,12 @@ pub fn spares_in(d: &Path) -> Vec<String> {
     ids
 }
 
-/// Everything a sandbox could leave behind, counted.
-pub fn leftovers(p: &Pod) -> Vec<String> {
-    let mut v = Vec::new();
-    if p.net.veths() > 0 {
-        v.push(format!("{} veths", p.net.veths()));
-    }
-    if p.net.leases() > 0 {
-        v.push(format!("{} leases", p.net.leases()));
-    }
-    // The spare the server makes ahead for the next pod is no pod's: one
-    // at most, with its three pins and its shim. One may be in the making
-    // while this looks, so what is found is listed first and the spares
-    // after: a spare made in between is then known as one.
-    let d = p.h.dir.path();
-    let listed: Vec<(&str, Vec<String>)> = ["root/sandboxes", "run/s", "run/ns"]
+/// The entries of `root/sandboxes`, `run/s` and `run/ns` under the test
+/// dir `d` that are no spare's, each with its dir, and the spares. One
+/// may be in the making while this looks, so what is there is listed first
+/// and the spares after: a spare made in between is then known as one.
+pub fn unspared(d: &Path) -> (Vec<(&'static str, Vec<String>)>, Vec<String>) {
+    let listed: Vec<(&'static str, Vec<String>)> = ["root/sandboxes", "run/s", "run/ns"]
         .into_iter()
         .map(|sub| {
             let names = std::fs::read_dir(d.join(sub))
@@ -223,6 +214,43 @@ pub fn leftovers(p: &Pod) -> Vec<String> {
             (sub, names)
         })
         .collect();
+    let spares = spares_in(d);
+    let left = listed
+        .into_iter()
+        .map(|(sub, names)| {
+            (
+                sub,
+                names.into_iter().filter(|n| !spares.contains(n)).collect(),
+            )
+        })
+        .collect();
+    (left, spares)
+}
+
+/// Makes `c` a pod on the node's network.
+pub fn host_network(c: &mut PodSandboxConfig) {
+    c.linux.as_mut().unwrap().security_context = Some(LinuxSandboxSecurityContext {
+        namespace_options: Some(NamespaceOption {
+            network: NamespaceMode::Node as i32,
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+}
+
+/// Everything a sandbox could leave behind, counted.
+pub fn leftovers(p: &Pod) -> Vec<String> {
+    let mut v = Vec::new();
+    if p.net.veths() > 0 {
+        v.push(format!("{} veths", p.net.veths()));
+    }
+    if p.net.leases() > 0 {
+        v.push(format!("{} leases", p.net.leases()));
+    }
+    // The spare the server makes ahead for the next pod is no pod's: one
+    // at most, with its three pins and its shim.
+    let d = p.h.dir.path();
+    let (left, _) = unspared(d);
     let all_mounts = super::mounts_under(d);
     let shims = shims_for(d);
     let spares = spares(p);
@@ -246,10 +274,9 @@ pub fn leftovers(p: &Pod) -> Vec<String> {
     if spare_shims > 1 || shims > spare_shims {
         v.push(format!("{shims} shim processes ({spare_shims} of a spare)"));
     }
-    for (sub, names) in listed {
-        let n = names.iter().filter(|n| !spares.contains(n)).count();
-        if n > 0 {
-            v.push(format!("{n} entries in {sub}"));
+    for (sub, names) in left {
+        if !names.is_empty() {
+            v.push(format!("{} entries in {sub}", names.len()));
         }
     }
     if super::count_files(&p.h.root().join("cni-cache")) > 0 {
