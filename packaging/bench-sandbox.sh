@@ -8,6 +8,9 @@
 # OPS=breakdown: a pod's lifecycle stage by stage (husk bench --breakdown).
 # CGROUP_DRIVER=systemd puts both on the systemd cgroup driver (husk's
 # --cgroup-driver, containerd's SystemdCgroup; pods in husk-bench.slice).
+# HUSK_VS=<another husk binary> puts that build in containerd's place, so
+# two builds are compared side by side in one run (the noise of a shared
+# machine falls on both alike).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
@@ -22,7 +25,7 @@ port=$(free_port)
 bridge="hkb$(printf '%06x' $((RANDOM * RANDOM % 16777216)))"
 subnet="10.$((200 + RANDOM % 50)).$((RANDOM % 250)).0/24"
 cleanup() {
-  for p in "$work/husk.pid" "$work/containerd/pid" "$work/registry/pid"; do
+  for p in "$work/husk.pid" "$work/vs.pid" "$work/containerd/pid" "$work/registry/pid"; do
     [ -f "$p" ] && kill "$(cat "$p")" 2>/dev/null || true
   done
   sleep 1
@@ -50,7 +53,17 @@ driver=${CGROUP_DRIVER:-cgroupfs}
 if [ "$driver" = systemd ]; then
   export SYSTEMD_CGROUP=true HUSK_BENCH_SLICE=1
 fi
-start_containerd "$work/containerd" "$work/certs.d" "$pause" "$work/net.d"
+if [ -n "${HUSK_VS:-}" ]; then
+  "$HUSK_VS" serve --cgroup-driver "$driver" --root "$work/vs/root" --state "$work/vs/run" --listen "$work/vs/husk.sock" \
+    --registry-config-dir "$work/certs.d" --cni-conf-dir "$work/net.d" --cni-bin-dir /usr/lib/cni \
+    --sandbox-image "$pause" --log-level ${HUSK_LOG:-warn} 2>"$work/vs.log" &
+  echo $! >"$work/vs.pid"
+  wait_socket "$work/vs/husk.sock"
+  vs="unix://$work/vs/husk.sock"
+else
+  start_containerd "$work/containerd" "$work/certs.d" "$pause" "$work/net.d"
+  vs="unix://$work/containerd/containerd.sock"
+fi
 "$husk" serve --cgroup-driver "$driver" --root "$work/husk/root" --state "$work/husk/run" --listen "$work/husk/husk.sock" \
   --registry-config-dir "$work/certs.d" --cni-conf-dir "$work/net.d" --cni-bin-dir /usr/lib/cni \
   --sandbox-image "$pause" --log-level ${HUSK_LOG:-warn} 2>"$work/husk.log" &
@@ -59,4 +72,4 @@ wait_socket "$work/husk/husk.sock"
 sleep 1
 
 "$husk" bench --ops "${OPS:-sandbox}" --image "$app" --endpoint "unix://$work/husk/husk.sock" \
-  --vs "unix://$work/containerd/containerd.sock" --iterations "$iterations" --pods "$pods" ${BENCH_JSON:+--json}
+  --vs "$vs" --iterations "$iterations" --pods "$pods" ${BENCH_JSON:+--json}
