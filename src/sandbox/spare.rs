@@ -145,7 +145,7 @@ impl Spare {
         let set = self.state.join("ns").join(id);
         let pins: Vec<(Kind, PathBuf)> = KINDS
             .iter()
-            .map(|k| (*k, set.join(k.proc_name())))
+            .map(|k| (*k, netns::pin_path(&self.state, *k, id)))
             .collect();
         let namespaces = match netns::create_set(&pins, None, true) {
             Ok(()) => true,
