@@ -29,7 +29,9 @@ pub struct SandboxResult {
 
 /// A benchmark pod's config, unique per `tag` and `i`, under `parent`
 /// (`Target::cgroup_parent`: the form the runtime's cgroup driver takes;
-/// containerd reads it from each CreateContainer's sandbox config).
+/// containerd reads it from each CreateContainer's sandbox config). Its
+/// namespaces are those the kubelet asks for a plain pod: the pod's own
+/// network and IPC, a PID namespace per container.
 pub(super) fn pod_config(tag: &str, i: usize, parent: &str) -> PodSandboxConfig {
     PodSandboxConfig {
         metadata: Some(PodSandboxMetadata {
@@ -42,6 +44,15 @@ pub(super) fn pod_config(tag: &str, i: usize, parent: &str) -> PodSandboxConfig 
         log_directory: format!("/tmp/husk-bench-logs/{tag}-{i}"),
         linux: Some(LinuxPodSandboxConfig {
             cgroup_parent: parent.into(),
+            security_context: Some(LinuxSandboxSecurityContext {
+                namespace_options: Some(NamespaceOption {
+                    network: NamespaceMode::Pod as i32,
+                    pid: NamespaceMode::Container as i32,
+                    ipc: NamespaceMode::Pod as i32,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
             ..Default::default()
         }),
         ..Default::default()

@@ -34,6 +34,7 @@ fn userns_options() -> NamespaceOption {
             uids: m(),
             gids: m(),
         }),
+        pid: NamespaceMode::Container as i32,
         ..Default::default()
     }
 }

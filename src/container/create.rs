@@ -187,10 +187,12 @@ impl ContainerManager {
         };
         if NamespaceMode::try_from(sc.namespace_options.as_ref().map(|n| n.pid).unwrap_or(1))
             == Ok(NamespaceMode::Pod)
-            && pod.pause_pid <= 0
+            && !pod.has_pause()
         {
             return Err(SandboxError::Invalid(
-                "the pod has no pause process to share a PID namespace with".into(),
+                "namespace_options.pid is POD, but the pod's containers share no PID namespace \
+                 (its own pid mode is not POD)"
+                    .into(),
             ));
         }
         super::mounts::check_recursive_read_only(c)

@@ -165,6 +165,71 @@ pub fn set_hostname(path: &Path, hostname: &str) -> io::Result<()> {
     )
 }
 
+/// The path under `/proc/sys` of a sysctl key: dots separate its parts,
+/// and a slash stands for a dot inside a part (`net.ipv4.conf.eth0/100.x`
+/// is `net/ipv4/conf/eth0.100/x`), as the kubelet sends such names. None
+/// when a part is empty, `.` or `..`.
+pub fn sysctl_path(key: &str) -> Option<String> {
+    let path: String = key
+        .chars()
+        .map(|c| match c {
+            '.' => '/',
+            '/' => '.',
+            c => c,
+        })
+        .collect();
+    path.split('/')
+        .all(|p| !p.is_empty() && p != "." && p != "..")
+        .then_some(path)
+}
+
+/// Writes each of `sysctls` on one thread that has joined the network
+/// namespace at `net` and the IPC namespace at `ipc` (a key's namespace is
+/// the one the kernel keeps it in: the caller checks that it is the pod's
+/// own). The error names the key.
+pub fn set_sysctls(
+    net: Option<&Path>,
+    ipc: Option<&Path>,
+    sysctls: &[(String, String)],
+) -> io::Result<()> {
+    if sysctls.is_empty() {
+        return Ok(());
+    }
+    use rustix::thread::LinkNameSpaceType as T;
+    let mut join = Vec::new();
+    for (path, kind) in [(net, T::Network), (ipc, T::InterProcessCommunication)] {
+        if let Some(p) = path {
+            join.push((fs::File::open(p)?, kind));
+        }
+    }
+    let sysctls = sysctls.to_vec();
+    std::thread::spawn(move || -> io::Result<()> {
+        for (ns, kind) in &join {
+            rustix::thread::move_into_link_name_space(ns.as_fd(), Some(*kind))
+                .map_err(io::Error::from)?;
+        }
+        for (key, value) in &sysctls {
+            let path = sysctl_path(key).ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("sysctl {key:?}: not a sysctl name"),
+                )
+            })?;
+            fs::write(format!("/proc/sys/{path}"), value.as_bytes()).map_err(|e| {
+                let what = if e.kind() == io::ErrorKind::NotFound {
+                    "no such sysctl".to_string()
+                } else {
+                    e.to_string()
+                };
+                io::Error::new(e.kind(), format!("sysctl {key}={value:?}: {what}"))
+            })?;
+        }
+        Ok(())
+    })
+    .join()
+    .map_err(|_| io::Error::other("sysctl thread panicked"))?
+}
+
 /// Brings the loopback interface up inside the netns at `path`.
 pub fn loopback_up(path: &Path) -> io::Result<()> {
     in_netns(path, || {
@@ -249,6 +314,85 @@ mod tests {
         let u = dir.path().join("uts");
         create(Kind::Uts, &u, Some("pod-host")).expect("uts");
         remove(&u).expect("remove uts");
+    }
+
+    #[test]
+    fn sysctl_names_map_to_proc_sys_paths_and_never_climb() {
+        assert_eq!(
+            sysctl_path("net.ipv4.ip_forward").as_deref(),
+            Some("net/ipv4/ip_forward")
+        );
+        assert_eq!(
+            sysctl_path("net.ipv4.conf.eth0/100.forwarding").as_deref(),
+            Some("net/ipv4/conf/eth0.100/forwarding")
+        );
+        for bad in [
+            "net.//.kernel.core_pattern",
+            "net..x",
+            "net.",
+            ".net",
+            "net./.x",
+        ] {
+            assert_eq!(sysctl_path(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn sysctls_are_set_in_the_pinned_namespaces_only() {
+        if !rustix::process::geteuid().is_root() {
+            return;
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (n, i) = (dir.path().join("net"), dir.path().join("ipc"));
+        create_set(
+            &[(Kind::Net, n.clone()), (Kind::Ipc, i.clone())],
+            None,
+            false,
+        )
+        .expect("pins");
+        let key = "net/ipv4/ip_unprivileged_port_start";
+        let host = fs::read_to_string(format!("/proc/sys/{key}")).expect("host value");
+        let host_shm = fs::read_to_string("/proc/sys/kernel/shmmni").expect("host shmmni");
+        set_sysctls(
+            Some(&n),
+            Some(&i),
+            &[
+                ("net.ipv4.ip_unprivileged_port_start".into(), "77".into()),
+                ("kernel.shmmni".into(), "1234".into()),
+            ],
+        )
+        .expect("set");
+        let inside = in_netns(&n, move || fs::read_to_string(format!("/proc/sys/{key}")));
+        assert_eq!(inside.expect("read inside").trim(), "77");
+        let f = fs::File::open(&i).expect("ipc pin");
+        let shm = std::thread::spawn(move || {
+            rustix::thread::move_into_link_name_space(
+                f.as_fd(),
+                Some(rustix::thread::LinkNameSpaceType::InterProcessCommunication),
+            )
+            .expect("join ipc");
+            fs::read_to_string("/proc/sys/kernel/shmmni").expect("shmmni inside")
+        })
+        .join()
+        .expect("thread");
+        assert_eq!(shm.trim(), "1234");
+        assert_eq!(
+            fs::read_to_string(format!("/proc/sys/{key}")).expect("host value after"),
+            host
+        );
+        assert_eq!(
+            fs::read_to_string("/proc/sys/kernel/shmmni").expect("host shmmni after"),
+            host_shm
+        );
+        let err = set_sysctls(
+            Some(&n),
+            None,
+            &[("net.ipv4.no_such_knob".into(), "1".into())],
+        )
+        .expect_err("unknown");
+        assert!(err.to_string().contains("no such sysctl"), "{err}");
+        remove(&n).expect("remove net");
+        remove(&i).expect("remove ipc");
     }
 
     #[test]

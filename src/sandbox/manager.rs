@@ -67,6 +67,8 @@ pub struct SandboxRecord {
     pub annotations: BTreeMap<String, String>,
     pub runtime_handler: String,
     pub cni_conf: Option<PathBuf>,
+    /// 0: the pod has no pause (`pause.rs`: its containers share no PID
+    /// namespace).
     pub pause_pid: i32,
     pub hostname: String,
     pub log_directory: String,
@@ -82,6 +84,11 @@ pub struct SandboxRecord {
 }
 
 impl SandboxRecord {
+    /// Whether the pod has a pause process.
+    pub fn has_pause(&self) -> bool {
+        self.pause_pid > 0
+    }
+
     /// The kubelet's reserved name: name_namespace_uid_attempt.
     pub fn reserved_name(&self) -> String {
         format!(
@@ -210,18 +217,23 @@ impl SandboxManager {
         Ok(())
     }
 
-    /// A READY sandbox whose pause process is gone becomes NOTREADY.
+    /// A READY sandbox whose pause process is gone, or without a pause
+    /// whose shim is gone, becomes NOTREADY.
     fn refresh(&self, id: &str) {
         let Some(mut rec) = self.get(id) else { return };
         if rec.state != SandboxState::Ready {
             return;
         }
-        let alive = match shim_call(
-            &self.shim_dir(id),
-            Request::State(StateRequest { id: id.to_string() }),
-        ) {
-            Ok(r) => r.state.map(|s| s.status == "running").unwrap_or(false),
-            Err(_) => false,
+        let alive = if !rec.has_pause() {
+            client::pid(&self.shim_dir(id)).is_some()
+        } else {
+            match shim_call(
+                &self.shim_dir(id),
+                Request::State(StateRequest { id: id.to_string() }),
+            ) {
+                Ok(r) => r.state.map(|s| s.status == "running").unwrap_or(false),
+                Err(_) => false,
+            }
         };
         if !alive {
             rec.state = SandboxState::NotReady;

@@ -18,6 +18,7 @@
 
 pub mod files;
 pub mod manager;
+mod pause;
 mod recover;
 pub mod rootfs;
 mod run;

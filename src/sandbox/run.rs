@@ -1,15 +1,15 @@
 //! RunPodSandbox: the transactional create (each step pushes its undo;
-//! a failure unwinds them in reverse), CNI ADD in parallel with the pause.
+//! a failure unwinds them in reverse), CNI ADD in parallel with the rest
+//! (the pause of a pod that shares its PID namespace, `pause.rs`).
 
 use super::spare::Taken;
 use super::userns::{PodUserns, Userns};
-use super::{files, spec, validate, SandboxError};
+use super::{files, validate, SandboxError};
 use crate::api::cri::{NamespaceMode, PodSandboxConfig};
 use crate::api::shim::{shim_request::Request, DeleteRequest, ShutdownRequest};
 use crate::network::cni::{Attachment, Cni, NetworkList};
 use crate::network::netns::{self, Kind as NsKind};
 use crate::shim::client;
-use crate::store::atomic;
 use prost::Message;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -27,10 +27,10 @@ type UndoStep = (&'static str, Box<dyn FnOnce() + Send>);
 
 /// Undo steps of a RunPodSandbox in progress, run in reverse on failure.
 #[derive(Default)]
-struct Undo(Vec<UndoStep>);
+pub(super) struct Undo(Vec<UndoStep>);
 
 impl Undo {
-    fn push(&mut self, what: &'static str, f: impl FnOnce() + Send + 'static) {
+    pub(super) fn push(&mut self, what: &'static str, f: impl FnOnce() + Send + 'static) {
         self.0.push((what, Box::new(f)));
     }
     fn unwind(self) {
@@ -55,19 +55,12 @@ fn mode(c: &PodSandboxConfig) -> (NamespaceMode, NamespaceMode, NamespaceMode) {
     (m(ns.network), m(ns.pid), m(ns.ipc))
 }
 
-/// `uid[:gid]` from an image's User (names fall back to 0).
-fn image_user(user: &str) -> (u32, u32) {
-    let mut parts = user.split(':');
-    let uid = parts.next().and_then(|u| u.parse().ok()).unwrap_or(0);
-    let gid = parts.next().and_then(|g| g.parse().ok()).unwrap_or(uid);
-    (uid, gid)
-}
-
 /// What a RunPodSandbox asks for, checked, with the id it was given.
 struct Asked<'a> {
     id: &'a str,
     c: &'a PodSandboxConfig,
-    image: &'a crate::image::ImageRecord,
+    /// The pause image, for a pod that has a pause.
+    image: Option<crate::image::ImageRecord>,
     runtime_handler: String,
     userns: &'a Userns,
     /// The spare whose id is `id`, if the pod took one.
@@ -110,15 +103,18 @@ impl SandboxManager {
         let release = |m: &SandboxManager| {
             m.lock_inner().names.remove(&name);
         };
-        let found = self.images.find(&self.paths.sandbox_image);
+        // Only a pod whose containers share a PID namespace has a pause.
+        let found =
+            (pid == NamespaceMode::Pod).then(|| self.images.find(&self.paths.sandbox_image));
         steps.end("image");
         let image = match found {
-            Some(r) => Ok(r),
-            None => {
-                self.images
-                    .pull(&self.paths.sandbox_image, &Default::default())
-                    .await
-            }
+            Some(Some(r)) => Ok(Some(r)),
+            Some(None) => self
+                .images
+                .pull(&self.paths.sandbox_image, &Default::default())
+                .await
+                .map(Some),
+            None => Ok(None),
         };
         // Every pod has each stage (none when the image was there).
         steps.end_external("image pull");
@@ -146,7 +142,7 @@ impl SandboxManager {
             this.create(Asked {
                 id: &id2,
                 c: &config,
-                image: &image,
+                image,
                 runtime_handler,
                 userns: &userns,
                 spare,
@@ -311,6 +307,14 @@ impl SandboxManager {
             pinned(NsKind::Ipc),
         );
 
+        let mut sysctls: Vec<(String, String)> = c
+            .linux
+            .as_ref()
+            .map(|l| l.sysctls.clone().into_iter().collect())
+            .unwrap_or_default();
+        sysctls.sort();
+        netns::set_sysctls(netns_path.as_deref(), ipcns.as_deref(), &sysctls)
+            .map_err(|e| SandboxError::Invalid(e.to_string()))?;
         steps.end("namespaces");
         // CNI ADD runs on its own thread while the pause container is
         // prepared and started: both need only the pinned netns. A failure anywhere
@@ -364,97 +368,25 @@ impl SandboxManager {
         };
 
         steps.end("shm");
-        // The pause container's bundle: an overlay of the pause image.
-        let bundle = dir.join("bundle");
-        let rootfs = bundle.join("rootfs");
-        for d in ["rootfs", "upper", "work"] {
-            std::fs::create_dir_all(bundle.join(d)).map_err(SandboxError::io("create bundle"))?;
-        }
-        if let Some(u) = &pod_userns {
-            let pins = u.pin.parent().unwrap_or(&u.pin);
-            for p in [rootfs.as_path(), pins] {
-                crate::idmap::searchable(p).map_err(SandboxError::Unreachable)?;
-            }
-        }
-        super::rootfs::mount(&self.images, image, &bundle, pod_userns.as_ref())?;
-        steps.end("rootfs");
-        {
-            let q = rootfs.clone();
-            undo.push("rootfs mount", move || {
-                let _ = rustix::mount::unmount(&q, rustix::mount::UnmountFlags::DETACH);
-            });
-        }
-        let img_cfg: crate::image::manifest::ImageConfig =
-            serde_json::from_slice(&self.images.config_json(image)?)
-                .map_err(|e| SandboxError::Invalid(format!("pause image config: {e}")))?;
-        let defaults = img_cfg.config.unwrap_or_default();
-        let mut args = defaults.entrypoint.unwrap_or_default();
-        args.extend(defaults.cmd.unwrap_or_default());
-        if args.is_empty() {
-            return Err(SandboxError::Invalid(format!(
-                "sandbox image {} has no entrypoint or command",
-                self.paths.sandbox_image
-            )));
-        }
-        let mut env = defaults.env.unwrap_or_default();
-        if !env.iter().any(|e| e.starts_with("PATH=")) {
-            env.push("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into());
-        }
-        let sc = c
-            .linux
-            .as_ref()
-            .and_then(|l| l.security_context.clone())
-            .unwrap_or_default();
-        let (mut uid, mut gid) = image_user(defaults.user.as_deref().unwrap_or(""));
-        if let Some(u) = sc.run_as_user {
-            uid = u.value as u32;
-        }
-        if let Some(g) = sc.run_as_group {
-            gid = g.value as u32;
-        }
-        let parent = cgroup_parent(c);
-        let cgroups_path = crate::cgroup::Driver::current().cgroups_path(&parent, id);
-        let mut sysctls: Vec<(String, String)> = c
-            .linux
-            .as_ref()
-            .map(|l| l.sysctls.clone().into_iter().collect())
-            .unwrap_or_default();
-        sysctls.sort();
-        let config = spec::pause(&spec::PauseSpec {
-            args,
-            env,
-            uid,
-            gid,
-            readonly_rootfs: sc.readonly_rootfs,
-            cgroups_path: cgroups_path.clone(),
-            netns: netns_path.as_deref(),
-            ipcns: ipcns.as_deref(),
-            utsns: utsns.as_deref(),
-            userns: pod_userns.as_ref(),
-            own_pid_ns: pid_mode != NamespaceMode::Node,
-            cgroup_ns: crate::cgroup::Layout::host().is_v2(),
-            sysctls,
-            oom_score_adj: spec::clamp_oom_score_adj(-998),
-            shm: shm.as_deref(),
-            seccomp: {
-                // Older kubelets still send the deprecated path form.
-                #[allow(deprecated)]
-                let legacy = sc.seccomp_profile_path.clone();
-                crate::security::seccomp::profile(
-                    sc.seccomp.as_ref(),
-                    &legacy,
-                    sc.privileged,
-                    &spec::DEFAULT_CAPS
-                        .iter()
-                        .map(|c| c.to_string())
-                        .collect::<Vec<_>>(),
-                )
-                .map_err(|crate::security::ProfileError(m)| SandboxError::Invalid(m))?
-            },
-        });
-        atomic::write_state_json(&bundle.join("config.json"), &config)
-            .map_err(SandboxError::io("write pause config"))?;
-
+        let cgroups_path = crate::cgroup::Driver::current().cgroups_path(&cgroup_parent(c), id);
+        let bundle = match &image {
+            Some(image) => Some(self.pause_bundle(
+                &super::pause::PauseAsk {
+                    c,
+                    image,
+                    dir: &dir,
+                    userns: pod_userns.as_ref(),
+                    netns: netns_path.as_deref(),
+                    ipcns: ipcns.as_deref(),
+                    utsns: utsns.as_deref(),
+                    shm: shm.as_deref(),
+                    cgroups_path: &cgroups_path,
+                },
+                undo,
+                &mut steps,
+            )?),
+            None => None,
+        };
         steps.end("bundle");
         // The shim, then the pause container in it.
         let spawned = shim_job.lock().unwrap_or_else(|p| p.into_inner()).take();
@@ -464,19 +396,22 @@ impl SandboxManager {
                 .map_err(|e| SandboxError::Shim(e.to_string()))?;
         }
         steps.end("shim");
-        let started = shim_call(
-            &shim_dir,
-            Request::Create(crate::api::shim::CreateRequest {
-                id: id.to_string(),
-                bundle: bundle.display().to_string(),
-                start: true,
-                cgroups_path: cgroups_path.clone(),
-                ..Default::default()
-            }),
-        )?;
-        let runtime = Duration::from_micros(started.runtime_us);
-        steps.end_split("pause", "pause runtime", runtime);
-        let pause_pid = started.state.map(|s| s.pid).unwrap_or(0);
+        let mut pause_pid = 0;
+        if let Some(bundle) = bundle {
+            let started = shim_call(
+                &shim_dir,
+                Request::Create(crate::api::shim::CreateRequest {
+                    id: id.to_string(),
+                    bundle: bundle.display().to_string(),
+                    start: true,
+                    cgroups_path: cgroups_path.clone(),
+                    ..Default::default()
+                }),
+            )?;
+            let runtime = Duration::from_micros(started.runtime_us);
+            steps.end_split("pause", "pause runtime", runtime);
+            pause_pid = started.state.map(|s| s.pid).unwrap_or(0);
+        }
 
         // Network: the CNI ADD started above, joined now.
         let mut ips = Vec::new();

@@ -1,8 +1,9 @@
 //! The OCI runtime spec (config.json) of a pod's pause container.
 //!
-//! The pause process joins the pod's pinned network, IPC and UTS
-//! namespaces (or the host's, for NODE), gets its own mount namespace and,
-//! unless the pod uses the host's, its own PID namespace. It runs under the
+//! Only a pod whose containers share one PID namespace has a pause
+//! (`pause.rs`). The pause process joins the pod's pinned network, IPC and
+//! UTS namespaces (or the host's, for NODE) and gets its own mount and PID
+//! namespaces: the one its pod's containers join. It runs under the
 //! pod cgroup with the default capability set, masked and read-only paths
 //! as containerd sets them, and an `oomScoreAdj` clamped to what this
 //! process may set.
@@ -88,10 +89,8 @@ pub struct PauseSpec<'a> {
     pub utsns: Option<&'a Path>,
     /// The pod's user namespace; None: the node's users.
     pub userns: Option<&'a super::userns::PodUserns>,
-    pub own_pid_ns: bool,
     /// A private cgroup namespace (cgroup v2 hosts).
     pub cgroup_ns: bool,
-    pub sysctls: Vec<(String, String)>,
     pub oom_score_adj: i32,
     pub shm: Option<&'a Path>,
     /// `linux.seccomp`, None for no filter.
@@ -115,10 +114,7 @@ fn mounts(shm: Option<&Path>) -> Vec<Value> {
 
 /// The config.json of the pause container.
 pub fn pause(p: &PauseSpec<'_>) -> Value {
-    let mut namespaces = vec![json!({"type": "mount"})];
-    if p.own_pid_ns {
-        namespaces.push(json!({"type": "pid"}));
-    }
+    let mut namespaces = vec![json!({"type": "mount"}), json!({"type": "pid"})];
     for (kind, path) in [("network", p.netns), ("ipc", p.ipcns), ("uts", p.utsns)] {
         if let Some(path) = path {
             namespaces.push(json!({"type": kind, "path": path}));
@@ -166,7 +162,6 @@ fn base(p: &PauseSpec<'_>, namespaces: Vec<Value>) -> Value {
         "linux": {
             "cgroupsPath": p.cgroups_path,
             "namespaces": namespaces,
-            "sysctl": p.sysctls.iter().map(|(k, v)| (k.clone(), json!(v))).collect::<serde_json::Map<String, Value>>(),
             "maskedPaths": MASKED_PATHS,
             "readonlyPaths": READONLY_PATHS,
             "resources": {"devices": [{"allow": false, "access": "rwm"}]},
@@ -193,9 +188,7 @@ mod tests {
             ipcns: None,
             utsns: None,
             userns: None,
-            own_pid_ns: true,
             cgroup_ns: true,
-            sysctls: vec![("net.ipv4.ip_unprivileged_port_start".into(), "0".into())],
             oom_score_adj: -998,
             shm: None,
             seccomp: None,
@@ -211,10 +204,7 @@ mod tests {
         assert!(ns
             .iter()
             .any(|n| n["type"] == "cgroup" && n.get("path").is_none()));
-        assert_eq!(
-            v["linux"]["sysctl"]["net.ipv4.ip_unprivileged_port_start"],
-            "0"
-        );
+        assert!(v["linux"].get("sysctl").is_none(), "the server sets them");
         assert_eq!(v["root"]["readonly"], true);
     }
 

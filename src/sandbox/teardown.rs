@@ -1,7 +1,7 @@
 //! StopPodSandbox and RemovePodSandbox: idempotent teardown. CNI DEL runs
-//! in parallel with the pause's kill and the shim's exit (a stopped pod
-//! needs no monitor: its exits are recorded); a fresh shim cleans up after
-//! a killed one.
+//! in parallel with the pause's kill (a pod that has one) and the shim's
+//! exit (a stopped pod needs no monitor: its exits are recorded); a fresh
+//! shim cleans up after a killed one.
 
 use super::SandboxError;
 use crate::api::shim::{
@@ -66,7 +66,8 @@ impl SandboxManager {
                 }
                 Ok(())
             });
-            if client::pid(&shim_dir).is_some() {
+            let shim = client::pid(&shim_dir).is_some();
+            if shim && rec.has_pause() {
                 let killed = shim_call(
                     &shim_dir,
                     Request::Kill(KillRequest {
@@ -124,6 +125,8 @@ impl SandboxManager {
                     }
                 }
                 steps.end("pause unmount");
+            }
+            if shim {
                 // Nothing runs in the pod now (its containers were stopped
                 // first): the shim deletes what is left of them and exits
                 // here, while CNI DEL runs, rather than at removal. A
@@ -179,7 +182,8 @@ impl SandboxManager {
         let mut steps = crate::timing::Stages::new("RemovePodSandbox");
         tracing::debug!(pod_sandbox_id = %id, shim = ?client::pid(&shim_dir), state = shim_dir.join("youki").join(id).exists(), "removing");
         self.ensure_shim(id, id)?;
-        if client::pid(&shim_dir).is_some() {
+        let shim = client::pid(&shim_dir).is_some();
+        if shim && rec.has_pause() {
             let deleted = shim_call(
                 &shim_dir,
                 Request::Delete(DeleteRequest {
@@ -196,6 +200,8 @@ impl SandboxManager {
             })?;
             let runtime = Duration::from_micros(deleted.runtime_us);
             steps.end_split("pause delete", "pause runtime", runtime);
+        }
+        if shim {
             shim_call(&shim_dir, Request::Shutdown(ShutdownRequest::default()))?;
             steps.end("shim shutdown");
             wait_gone(&shim_dir, Duration::from_secs(10));

@@ -5,6 +5,9 @@ use crate::api::cri::{NamespaceMode, PodSandboxConfig};
 /// Sysctls that are namespaced (and so may be set per pod), as the kubelet
 /// and runc allow them; `net.*` needs the pod's own network namespace.
 fn sysctl_allowed(key: &str, host_network: bool, host_ipc: bool) -> Result<(), String> {
+    if crate::network::netns::sysctl_path(key).is_none() {
+        return Err(format!("sysctl {key:?} is not a sysctl name"));
+    }
     let ipc = matches!(
         key,
         "kernel.sem"
@@ -198,6 +201,14 @@ mod tests {
             ..Default::default()
         });
         assert!(config(&c).expect_err("sysctl").contains("kernel.hostname"));
+        let mut c = base();
+        c.linux = Some(LinuxPodSandboxConfig {
+            sysctls: [("net.//.kernel.core_pattern".to_string(), "x".to_string())].into(),
+            ..Default::default()
+        });
+        assert!(config(&c)
+            .expect_err("climbing sysctl")
+            .contains("not a sysctl name"));
         let mut c = base();
         c.linux = Some(LinuxPodSandboxConfig {
             sysctls: [("net.ipv4.ip_forward".to_string(), "1".to_string())].into(),
