@@ -7,6 +7,7 @@
 mod common;
 
 use common::cni::iptables_mentions;
+use common::ctr::stop_remove_pod;
 use common::pod::*;
 use common::server::Husk;
 use husk::api::cri::*;
@@ -506,5 +507,59 @@ async fn pods_survive_a_server_kill_and_a_killed_shim_is_reported() {
     }
     std::thread::sleep(std::time::Duration::from_millis(200));
     assert!(!alive(pa) && !alive(pb), "pause processes are gone");
+    assert_eq!(leftovers(&p), Vec::<String>::new());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn not_found_names_what_was_not_found() {
+    if !common::require_root() {
+        return;
+    }
+    let p = setup(vec![]).await;
+    let c = p.config("nf");
+    let pod = run(&p.h, c.clone()).await.unwrap();
+    let mut rt = p.h.runtime().await;
+    let create = |pod: &str, image: &str| CreateContainerRequest {
+        pod_sandbox_id: pod.into(),
+        config: Some(ContainerConfig {
+            metadata: Some(ContainerMetadata {
+                name: "x".into(),
+                attempt: 0,
+            }),
+            image: Some(ImageSpec {
+                image: image.into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        sandbox_config: Some(c.clone()),
+    };
+    let cases = [
+        (
+            rt.create_container(create("feedbeef", "busybox"))
+                .await
+                .unwrap_err(),
+            "pod sandbox feedbeef not found",
+        ),
+        (
+            rt.create_container(create(&pod, "no/such:image"))
+                .await
+                .unwrap_err(),
+            "image \"no/such:image\" not found (pull it first)",
+        ),
+        (
+            rt.container_stats(ContainerStatsRequest {
+                container_id: "feedbeef".into(),
+            })
+            .await
+            .unwrap_err(),
+            "container feedbeef not found",
+        ),
+    ];
+    for (e, said) in cases {
+        assert_eq!(e.code(), tonic::Code::NotFound, "{e:?}");
+        assert_eq!(e.message(), said);
+    }
+    stop_remove_pod(&p.h, &pod).await;
     assert_eq!(leftovers(&p), Vec::<String>::new());
 }

@@ -28,7 +28,7 @@ impl ContainerManager {
         let pod = self
             .sandboxes
             .get(sandbox_id)
-            .ok_or_else(|| SandboxError::NotFound(sandbox_id.to_string()))?;
+            .ok_or_else(|| SandboxError::NotFound(format!("pod sandbox {sandbox_id} not found")))?;
         if pod.state != SandboxState::Ready {
             return Err(SandboxError::Invalid(format!(
                 "pod sandbox {sandbox_id} is not ready"
@@ -49,7 +49,7 @@ impl ContainerManager {
             .map(|i| i.image.clone())
             .unwrap_or_default();
         let image = self.images.find(&image_name).ok_or_else(|| {
-            SandboxError::NotFound(format!("image {image_name:?} (pull it first)"))
+            SandboxError::NotFound(format!("image {image_name:?} not found (pull it first)"))
         })?;
         let id = format!("{:032x}", rand::random::<u128>());
         let name = format!("{}_{}_{}", md.name, sandbox_id, md.attempt);
@@ -85,7 +85,7 @@ impl ContainerManager {
         let pod = self
             .sandboxes
             .get(sandbox_id)
-            .ok_or_else(|| SandboxError::NotFound(sandbox_id.to_string()))?;
+            .ok_or_else(|| SandboxError::NotFound(format!("pod sandbox {sandbox_id} not found")))?;
         let mut steps = crate::timing::Stages::new("CreateContainer");
         let dir = self.dir(id);
         std::fs::create_dir_all(&dir).map_err(SandboxError::io("create container dir"))?;

@@ -19,13 +19,13 @@ impl ContainerManager {
     pub async fn start(self: &Arc<Self>, id: &str) -> Result<(), SandboxError> {
         let id = self
             .resolve(id)
-            .ok_or_else(|| SandboxError::NotFound(format!("container {id}")))?;
+            .ok_or_else(|| SandboxError::NotFound(format!("container {id} not found")))?;
         let _l = self.locks.lock(&id).await;
         let this = self.clone();
         tokio::task::spawn_blocking(move || {
             let mut r = this
                 .get(&id)
-                .ok_or_else(|| SandboxError::NotFound(format!("container {id}")))?;
+                .ok_or_else(|| SandboxError::NotFound(format!("container {id} not found")))?;
             if r.state != ContainerState::Created {
                 return Err(SandboxError::Invalid(format!(
                     "container {id} is not in the created state"
@@ -258,7 +258,7 @@ impl ContainerManager {
         let r = self
             .resolve(id)
             .and_then(|i| self.refresh(&i))
-            .ok_or_else(|| SandboxError::NotFound(format!("container {id}")))?;
+            .ok_or_else(|| SandboxError::NotFound(format!("container {id} not found")))?;
         if r.state != ContainerState::Running {
             return Err(SandboxError::Invalid(format!(
                 "container {id} is not running"
@@ -287,7 +287,7 @@ impl ContainerManager {
         let r = self
             .resolve(id)
             .and_then(|i| self.refresh(&i))
-            .ok_or_else(|| SandboxError::NotFound(format!("container {id}")))?;
+            .ok_or_else(|| SandboxError::NotFound(format!("container {id} not found")))?;
         if r.state != ContainerState::Running {
             return Err(SandboxError::Invalid(format!(
                 "container {id} is not running"

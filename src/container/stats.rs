@@ -118,7 +118,7 @@ impl ContainerManager {
         let r = self
             .resolve(id)
             .and_then(|i| self.get(&i))
-            .ok_or_else(|| SandboxError::NotFound(format!("container {id}")))?;
+            .ok_or_else(|| SandboxError::NotFound(format!("container {id} not found")))?;
         Ok(self.usage_of(Layout::host(), r, true))
     }
 
@@ -155,7 +155,7 @@ impl ContainerManager {
             .sandboxes
             .resolve(sandbox_id)
             .and_then(|i| self.sandboxes.get(&i))
-            .ok_or_else(|| SandboxError::NotFound(sandbox_id.to_string()))?;
+            .ok_or_else(|| SandboxError::NotFound(format!("pod sandbox {sandbox_id} not found")))?;
         let layout = Layout::host();
         let containers: Vec<ContainerUsage> = {
             let mut recs: Vec<ContainerRecord> = self

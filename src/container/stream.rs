@@ -22,7 +22,7 @@ impl ContainerManager {
         let r = self
             .resolve(id)
             .and_then(|i| self.refresh(&i))
-            .ok_or_else(|| SandboxError::NotFound(format!("container {id}")))?;
+            .ok_or_else(|| SandboxError::NotFound(format!("container {id} not found")))?;
         if r.state != ContainerState::Running {
             return Err(SandboxError::NotRunning(format!(
                 "container {id} is not running"
@@ -38,7 +38,7 @@ impl ContainerManager {
     ) -> Result<(crate::api::shim::StreamFds, Vec<OwnedFd>, UnixStream), SandboxError> {
         let r = self
             .get(id)
-            .ok_or_else(|| SandboxError::NotFound(format!("container {id}")))?;
+            .ok_or_else(|| SandboxError::NotFound(format!("container {id} not found")))?;
         let dir = self.sandboxes.shim_dir(&r.sandbox_id);
         let addr = std::fs::read_to_string(dir.join("address"))
             .map_err(|e| SandboxError::Shim(format!("{}: {e}", dir.display())))?;

@@ -26,7 +26,7 @@ impl ContainerManager {
     ) -> Result<(), SandboxError> {
         let id = self
             .resolve(id)
-            .ok_or_else(|| SandboxError::NotFound(format!("container {id}")))?;
+            .ok_or_else(|| SandboxError::NotFound(format!("container {id} not found")))?;
         resources::validate(&new, Layout::host())?;
         let _l = self.locks.lock(&id).await;
         let this = self.clone();
@@ -38,7 +38,7 @@ impl ContainerManager {
     fn update_blocking(&self, id: &str, new: &LinuxContainerResources) -> Result<(), SandboxError> {
         let r = self
             .refresh(id)
-            .ok_or_else(|| SandboxError::NotFound(format!("container {id}")))?;
+            .ok_or_else(|| SandboxError::NotFound(format!("container {id} not found")))?;
         if !matches!(r.state, ContainerState::Created | ContainerState::Running) {
             return Err(SandboxError::Invalid(format!(
                 "container {id} is neither created nor running"

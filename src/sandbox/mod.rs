@@ -40,7 +40,8 @@ pub enum SandboxError {
     /// Well-formed, but asks for what husk does not have yet.
     #[error("{0}")]
     Unsupported(String),
-    #[error("pod sandbox {0} not found")]
+    /// What was not found, said whole ("pod sandbox x not found").
+    #[error("{0}")]
     NotFound(String),
     #[error("failed to reserve sandbox name {name:?}: name is reserved for {id}")]
     NameReserved { name: String, id: String },
