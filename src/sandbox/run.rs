@@ -316,8 +316,8 @@ impl SandboxManager {
         netns::set_sysctls(netns_path.as_deref(), ipcns.as_deref(), &sysctls)
             .map_err(|e| SandboxError::Invalid(e.to_string()))?;
         steps.end("namespaces");
-        // CNI ADD runs on its own thread while the pause container is
-        // prepared and started: both need only the pinned netns. A failure anywhere
+        // CNI ADD runs on its own thread while the rest is made (the
+        // pause, if any, needs only the pinned netns). A failure anywhere
         // before the join still joins it and undoes the ADD.
         let cni_job: Arc<Mutex<Option<CniJob>>> = Arc::new(Mutex::new(None));
         if let Some(ns) = &netns_path {
