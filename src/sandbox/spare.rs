@@ -20,8 +20,11 @@
 //! A new spare is made on a thread of its own once the pod that took the
 //! last one is up, after the server has had no RPC in flight for
 //! [`QUIET`]: its CPU time (the namespace, the shim's start) is then not
-//! taken from the RPCs that follow a pod's start on a small node. At most
-//! one exists; the server removes it when it stops.
+//! taken from the RPCs that follow a pod's start on a small node. A pod's
+//! StopPodSandbox, which waits on the CNI plugins' DEL for tens of
+//! milliseconds with the CPU mostly idle, has it made at once
+//! ([`Spare::nudge`]): pods started back to back after a removal find one
+//! too. At most one exists; the server removes it when it stops.
 
 use super::manager::shim_call;
 use crate::api::shim::{shim_request::Request, ShutdownRequest};
@@ -60,6 +63,8 @@ pub struct Spare {
     making: AtomicBool,
     /// Set when the server stops: nothing more is made or kept.
     closed: AtomicBool,
+    /// Set by [`Spare::nudge`]: make it now, quiet or not.
+    nudged: AtomicBool,
     /// Whether the server is quiet enough to make one (from the RPC count).
     quiet: fn(Duration) -> bool,
 }
@@ -74,6 +79,7 @@ impl Spare {
             ready: Mutex::new(None),
             making: AtomicBool::new(false),
             closed: AtomicBool::new(false),
+            nudged: AtomicBool::new(false),
             quiet,
         })
     }
@@ -96,6 +102,15 @@ impl Spare {
         }
     }
 
+    /// Has a spare made now rather than once the server is quiet (the
+    /// caller waits on something else meanwhile), unless one is ready.
+    pub fn nudge(self: &Arc<Self>) {
+        if self.lock().is_none() {
+            self.nudged.store(true, Ordering::Release);
+            self.refill();
+        }
+    }
+
     /// Makes a new spare on a thread of its own once the server is quiet,
     /// unless one is ready or being made.
     pub fn refill(self: &Arc<Self>) {
@@ -108,11 +123,13 @@ impl Spare {
             .spawn(move || {
                 let waited = std::time::Instant::now();
                 while !(this.quiet)(QUIET)
+                    && !this.nudged.swap(false, Ordering::AcqRel)
                     && waited.elapsed() < QUIET_AT_MOST
                     && !this.closed.load(Ordering::Acquire)
                 {
                     std::thread::sleep(QUIET / 2);
                 }
+                this.nudged.store(false, Ordering::Release);
                 if !this.closed.load(Ordering::Acquire) {
                     let id = format!("{:032x}", rand::random::<u128>());
                     match this.make(&id) {
@@ -261,6 +278,28 @@ mod tests {
             !spare.making.load(Ordering::Acquire),
             "made (or failed) once quiet"
         );
+    }
+
+    #[test]
+    fn a_nudge_makes_one_without_waiting_for_quiet() {
+        let state = tempfile::tempdir().unwrap();
+        // Never quiet: only the nudge (or the 5 s bound) ends the wait.
+        let spare = Spare::new(state.path(), Path::new("/nonexistent/husk"), |_| false);
+        spare.refill();
+        std::thread::sleep(QUIET * 2);
+        assert!(spare.making.load(Ordering::Acquire), "waiting for quiet");
+        spare.nudge();
+        for _ in 0..100 {
+            if !spare.making.load(Ordering::Acquire) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(
+            !spare.making.load(Ordering::Acquire),
+            "made (or failed) at the nudge, well before the 5 s bound"
+        );
+        assert!(!spare.nudged.load(Ordering::Acquire), "the nudge was used");
     }
 
     #[test]
