@@ -1,8 +1,8 @@
 //! Which pods have a pause, on a real husk serve: one whose containers
 //! share a PID namespace has one (that namespace's init); any other has
 //! none. What a pod without one is made of, its sysctls and host name set
-//! by the server, its state when its shim dies, its teardown, and the
-//! refusals.
+//! by the server, its state after a server kill and when its shim dies,
+//! its teardown, and the refusals.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -79,7 +79,7 @@ async fn a_pod_that_shares_no_pid_namespace_has_no_pause() {
     if !common::require_root() {
         return;
     }
-    let p = setup(vec![]).await;
+    let mut p = setup(vec![]).await;
     let image = app_image(&p).await;
     let mut pc = pod_config(&p, "lean");
     pid_mode(&mut pc, NamespaceMode::Container);
@@ -135,6 +135,19 @@ async fn a_pod_that_shares_no_pid_namespace_has_no_pause() {
     assert_eq!(seen, "81\n2048\nlean\n/bin/sleep 3600 ");
     assert_eq!(proc_sys("net/ipv4/ip_unprivileged_port_start"), port_start);
     assert_eq!(proc_sys("kernel/shmmni"), shmmni);
+
+    // kill -9 the server: with no pause to ask, a new server finds the pod
+    // READY from its shim, and the container still running.
+    p.h.restart().await;
+    assert_eq!(
+        status(&p.h, &pod).await.unwrap().status.unwrap().state,
+        PodSandboxState::SandboxReady as i32
+    );
+    assert_eq!(
+        container_status(&p.h, &c).await.state,
+        ContainerState::ContainerRunning as i32
+    );
+    let shim = shim_pid(&p, &pod);
 
     // A container that asks to share the pod's PID namespace: there is none.
     let mut sharer = ccfg(&image, "sharer", &["/bin/sleep", "3600"], &[]);
