@@ -1,11 +1,12 @@
-//! A pod's life on cgroup v2: exec, attach and port-forward through the
-//! streaming server; a stop that leaves nothing in the cgroup (through
-//! `cgroup.kill`); kill -9 of husk serve and recovery; and nothing left
-//! after removal, cgroups included.
+//! A pod's life on cgroup v2, of the kubelet's usual shape (a PID
+//! namespace per container, so no pause; its sysctls set by the server):
+//! exec, attach and port-forward through the streaming server; a stop that
+//! leaves nothing in the cgroup (through `cgroup.kill`); kill -9 of husk
+//! serve and recovery; and nothing left after removal, cgroups included.
 
 use super::*;
 use common::ctr::{app_image, ccfg, container_status, create_start};
-use common::pod::{leftovers, run, setup};
+use common::pod::{leftovers, pause_pid, run, setup, status};
 use common::stream::{attach_echo, exec_url, stdio};
 use husk::streaming::client::{self, PortForwarder, Tls, Transport};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -42,8 +43,25 @@ async fn guest_exec_attach_port_forward_restart_and_cleanup() {
     let mut p = setup(vec![]).await;
     let parent = kubelet_parent(&mut p);
     let image = app_image(&p).await;
-    let pc = pod_under(&p, "life", &parent);
+    let mut pc = pod_under(&p, "life", &parent);
+    let linux = pc.linux.as_mut().unwrap();
+    linux.security_context = Some(LinuxSandboxSecurityContext {
+        namespace_options: Some(NamespaceOption {
+            pid: NamespaceMode::Container as i32,
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    linux.sysctls = [
+        (
+            "net.ipv4.ip_unprivileged_port_start".to_string(),
+            "1024".to_string(),
+        ),
+        ("kernel.shmmni".to_string(), "2048".to_string()),
+    ]
+    .into();
     let pod = run(&p.h, pc.clone()).await.unwrap();
+    assert_eq!(pause_pid(&status(&p.h, &pod).await.unwrap()), 0);
     let web = create_start(
         &p.h,
         &pod,
@@ -68,6 +86,16 @@ async fn guest_exec_attach_port_forward_restart_and_cleanup() {
     let (code, text) =
         exec_stream(&p.h, &web, &["sh", "-c", "cat /proc/self/cgroup; exit 3"]).await;
     assert_eq!((code, text.trim()), (3, "0::/"));
+    let seen = out(
+        &p.h,
+        &web,
+        "cat /proc/sys/net/ipv4/ip_unprivileged_port_start /proc/sys/kernel/shmmni",
+    )
+    .await;
+    assert_eq!(
+        seen.split_whitespace().collect::<Vec<_>>(),
+        ["1024", "2048"]
+    );
     let mut rt = p.h.runtime().await;
     let (_, echoed) =
         attach_echo(&mut rt, &cat, Transport::WebSocket, "echo-through-attach\n").await;

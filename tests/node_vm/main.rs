@@ -15,9 +15,10 @@
 //!   limit, its pod's, and an exec.
 //! - `managers.rs`: husk kubelet's pod and QoS cgroups on v2 and the OOM
 //!   watcher on this kernel's `/dev/kmsg`.
-//! - `lifecycle.rs`: exec, attach and port-forward; kill -9 of husk serve
-//!   and recovery; nothing left after removal, cgroups included; stop
-//!   through `cgroup.kill`.
+//! - `lifecycle.rs`: a pod without a pause (its sysctls set by the
+//!   server); exec, attach and port-forward; kill -9 of husk serve and
+//!   recovery; nothing left after removal, cgroups included; stop through
+//!   `cgroup.kill`.
 //! - `systemd.rs` and `package.rs` run in the second node, [`systemd_node`],
 //!   where systemd is PID 1: the systemd cgroup driver, and the Debian
 //!   package installed, run and removed under systemd.
