@@ -145,10 +145,24 @@ fn in_namespace<T: Send + 'static>(
     kind: rustix::thread::LinkNameSpaceType,
     f: impl FnOnce() -> io::Result<T> + Send + 'static,
 ) -> io::Result<T> {
-    let ns = fs::File::open(path)?;
+    in_namespaces(&[(path, kind)], f)
+}
+
+/// Runs `f` on a thread that has joined each namespace of `joins` (a
+/// pinned path and its kind), in order.
+fn in_namespaces<T: Send + 'static>(
+    joins: &[(&Path, rustix::thread::LinkNameSpaceType)],
+    f: impl FnOnce() -> io::Result<T> + Send + 'static,
+) -> io::Result<T> {
+    let files = joins
+        .iter()
+        .map(|(path, kind)| Ok((fs::File::open(path)?, *kind)))
+        .collect::<io::Result<Vec<_>>>()?;
     std::thread::spawn(move || {
-        rustix::thread::move_into_link_name_space(ns.as_fd(), Some(kind))
-            .map_err(io::Error::from)?;
+        for (ns, kind) in &files {
+            rustix::thread::move_into_link_name_space(ns.as_fd(), Some(*kind))
+                .map_err(io::Error::from)?;
+        }
         f()
     })
     .join()
@@ -196,18 +210,12 @@ pub fn set_sysctls(
         return Ok(());
     }
     use rustix::thread::LinkNameSpaceType as T;
-    let mut join = Vec::new();
-    for (path, kind) in [(net, T::Network), (ipc, T::InterProcessCommunication)] {
-        if let Some(p) = path {
-            join.push((fs::File::open(p)?, kind));
-        }
-    }
+    let joins: Vec<(&Path, T)> = [(net, T::Network), (ipc, T::InterProcessCommunication)]
+        .into_iter()
+        .filter_map(|(path, kind)| path.map(|p| (p, kind)))
+        .collect();
     let sysctls = sysctls.to_vec();
-    std::thread::spawn(move || -> io::Result<()> {
-        for (ns, kind) in &join {
-            rustix::thread::move_into_link_name_space(ns.as_fd(), Some(*kind))
-                .map_err(io::Error::from)?;
-        }
+    in_namespaces(&joins, move || {
         for (key, value) in &sysctls {
             let path = sysctl_path(key).ok_or_else(|| {
                 io::Error::new(
@@ -226,8 +234,6 @@ pub fn set_sysctls(
         }
         Ok(())
     })
-    .join()
-    .map_err(|_| io::Error::other("sysctl thread panicked"))?
 }
 
 /// Brings the loopback interface up inside the netns at `path`.
@@ -364,18 +370,12 @@ mod tests {
         .expect("set");
         let inside = in_netns(&n, move || fs::read_to_string(format!("/proc/sys/{key}")));
         assert_eq!(inside.expect("read inside").trim(), "77");
-        let f = fs::File::open(&i).expect("ipc pin");
-        let shm = std::thread::spawn(move || {
-            rustix::thread::move_into_link_name_space(
-                f.as_fd(),
-                Some(rustix::thread::LinkNameSpaceType::InterProcessCommunication),
-            )
-            .expect("join ipc");
-            fs::read_to_string("/proc/sys/kernel/shmmni").expect("shmmni inside")
-        })
-        .join()
-        .expect("thread");
-        assert_eq!(shm.trim(), "1234");
+        let shm = in_namespace(
+            &i,
+            rustix::thread::LinkNameSpaceType::InterProcessCommunication,
+            || fs::read_to_string("/proc/sys/kernel/shmmni"),
+        );
+        assert_eq!(shm.expect("shmmni inside").trim(), "1234");
         assert_eq!(
             fs::read_to_string(format!("/proc/sys/{key}")).expect("host value after"),
             host
