@@ -224,9 +224,7 @@ impl SandboxManager {
         if rec.state != SandboxState::Ready {
             return;
         }
-        let alive = if !rec.has_pause() {
-            client::pid(&self.shim_dir(id)).is_some()
-        } else {
+        let alive = if rec.has_pause() {
             match shim_call(
                 &self.shim_dir(id),
                 Request::State(StateRequest { id: id.to_string() }),
@@ -234,6 +232,8 @@ impl SandboxManager {
                 Ok(r) => r.state.map(|s| s.status == "running").unwrap_or(false),
                 Err(_) => false,
             }
+        } else {
+            client::pid(&self.shim_dir(id)).is_some()
         };
         if !alive {
             rec.state = SandboxState::NotReady;
