@@ -38,6 +38,10 @@ pub struct Raw {
     /// The sandbox as it was, for an event raised just before its record
     /// goes away (a sandbox's DELETED).
     pub sandbox: Option<Box<SandboxRecord>>,
+    /// The container's record as the event recorded it: its status in the
+    /// event is this, not what the record has become by the time the
+    /// event is dispatched (a CREATED dispatched after the start).
+    pub container: Option<Box<crate::container::manager::ContainerRecord>>,
 }
 
 /// The managers' handle for raising events; cheap to clone.
@@ -55,6 +59,19 @@ impl Emitter {
             sandbox_id: sandbox_id.to_string(),
             at: crate::image::manager::now_ns(),
             sandbox: None,
+            container: None,
+        });
+    }
+
+    /// Raises a container's event with its record as it is now.
+    pub fn emit_container(&self, kind: Kind, rec: &crate::container::manager::ContainerRecord) {
+        self.send(Raw {
+            kind,
+            container_id: rec.id.clone(),
+            sandbox_id: rec.sandbox_id.clone(),
+            at: crate::image::manager::now_ns(),
+            sandbox: None,
+            container: Some(Box::new(rec.clone())),
         });
     }
 

@@ -21,7 +21,7 @@ impl ContainerManager {
             .map_err(SandboxError::io("write container record"))?;
         let mut g = self.lock();
         g.0.insert(r.id.clone(), r.clone());
-        self.events.emit(kind, &r.id, &r.sandbox_id);
+        self.events.emit_container(kind, r);
         Ok(())
     }
 
@@ -34,7 +34,7 @@ impl ContainerManager {
                 Some(cur) if cur.state == ContainerState::Exited => return cur.clone(),
                 Some(cur) => {
                     *cur = r.clone();
-                    self.events.emit(Kind::Stopped, &r.id, &r.sandbox_id);
+                    self.events.emit_container(Kind::Stopped, &r);
                 }
                 None => return r,
             }
@@ -60,6 +60,7 @@ impl ContainerManager {
             sandbox_id: sandbox_id.to_string(),
             at: now_ns(),
             sandbox: last.map(Box::new),
+            container: None,
         });
     }
 }

@@ -5,7 +5,8 @@
 //! The dispatcher (one OS thread, started once recovery is done) turns each
 //! raw event from the managers into its CRI form — the pod's status and
 //! the statuses of its containers, from the records as they are when the
-//! event is dispatched, without shim calls — and publishes it on the hub
+//! event is dispatched (the event's own container as it was when the
+//! event was raised), without shim calls — and publishes it on the hub
 //! (`events.rs`), which each subscriber reads at its own pace. A subscriber
 //! that falls `CAPACITY` events behind gets ResourceExhausted and its
 //! stream ends; the others, and the managers, never wait for it.
@@ -43,6 +44,12 @@ fn build(state: &State, raw: Raw) -> ContainerEventResponse {
                 .into_iter()
                 .filter_map(|id| m.get(&id))
                 .collect();
+            // The event's own container as the event recorded it.
+            if let Some(own) = raw.container {
+                if let Some(r) = recs.iter_mut().find(|r| r.id == own.id) {
+                    *r = *own;
+                }
+            }
             recs.sort_by_key(|r| r.created_at);
             recs.iter()
                 .map(|r| container_status(r, m.saved_config(&r.id).as_ref()))
