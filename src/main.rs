@@ -384,6 +384,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let cfg = load_config(&flags)?;
             husk::logging::init(&cfg.log_level, &cfg.log_format);
             husk::sys::limit_malloc_arenas();
+            husk::sys::keep_inherited_to_self();
             // Blocking threads a burst of RPCs started (a pod's steps run on
             // them) exit after a second idle, before the server trims itself.
             tokio::runtime::Builder::new_multi_thread()

@@ -66,24 +66,63 @@ pub fn mount_overlay(target: &Path, opts: &str) -> io::Result<()> {
     .map_err(io::Error::from)
 }
 
-/// Bytes and inodes used under `dir` (each inode counted once).
+/// Bytes and inodes used under `dir` (each inode counted once). The walk
+/// goes by descriptor, each dir opened `O_NOFOLLOW` relative to its
+/// parent: `dir` may be a container's writable layer, whose owner can
+/// swap a directory for a symlink to the node's `/` mid-walk.
 pub fn disk_usage(dir: &Path) -> (u64, u64) {
-    use std::os::unix::fs::MetadataExt;
+    use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+    let open = |at: &dyn std::os::fd::AsFd, name: &std::ffi::CStr| {
+        rustix::fs::openat(
+            at,
+            name,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+    };
+    let Ok(top) = rustix::fs::open(
+        dir,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) else {
+        return (0, 0);
+    };
     let mut seen = std::collections::HashSet::new();
     let mut bytes = 0u64;
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(rd) = std::fs::read_dir(&d) else {
+    // Dirs still to walk, as (parent, name): opened only when walked, so
+    // the descriptors held are those of the path being walked, however
+    // wide the tree.
+    type Pending = (std::rc::Rc<std::os::fd::OwnedFd>, std::ffi::CString);
+    let mut stack: Vec<Pending> = Vec::new();
+    let mut next = Some(top);
+    loop {
+        let d = match next.take() {
+            Some(d) => std::rc::Rc::new(d),
+            None => match stack.pop() {
+                Some((parent, name)) => match open(&*parent, &name) {
+                    Ok(d) => std::rc::Rc::new(d),
+                    Err(_) => continue,
+                },
+                None => break,
+            },
+        };
+        let Ok(mut rd) = rustix::fs::Dir::read_from(&*d) else {
             continue;
         };
-        for ent in rd.flatten() {
-            let Ok(md) = ent.metadata() else { continue };
-            if !seen.insert((md.dev(), md.ino())) {
+        while let Some(Ok(ent)) = rd.read() {
+            let name = ent.file_name();
+            if name.to_bytes() == b"." || name.to_bytes() == b".." {
                 continue;
             }
-            bytes += md.blocks() * 512;
-            if md.is_dir() {
-                stack.push(ent.path());
+            let Ok(st) = rustix::fs::statat(&*d, name, AtFlags::SYMLINK_NOFOLLOW) else {
+                continue;
+            };
+            if !seen.insert((st.st_dev, st.st_ino)) {
+                continue;
+            }
+            bytes += st.st_blocks as u64 * 512;
+            if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
+                stack.push((d.clone(), name.to_owned()));
             }
         }
     }
@@ -98,6 +137,31 @@ pub fn limit_malloc_arenas() {
     // before the runtime spawns threads.
     unsafe {
         libc::mallopt(libc::M_ARENA_MAX, 2);
+    }
+}
+
+/// Keeps what the server inherited to itself: every descriptor above
+/// stderr is marked close-on-exec (a unit's socket-activation
+/// descriptors, a parent's pipes: husk uses none, and no shim or
+/// container may inherit them), and the socket-activation variables
+/// that would describe them are dropped. Called at start-up, before the
+/// runtime spawns threads.
+pub fn keep_inherited_to_self() {
+    // SAFETY: close_range with CLOSE_RANGE_CLOEXEC only sets a flag on
+    // this process's descriptors.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            3u32,
+            u32::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        )
+    };
+    if r != 0 {
+        tracing::warn!(error = %io::Error::last_os_error(), "could not mark inherited descriptors close-on-exec");
+    }
+    for v in ["LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES"] {
+        std::env::remove_var(v);
     }
 }
 

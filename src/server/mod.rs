@@ -87,6 +87,21 @@ async fn shutdown_signal() {
     }
 }
 
+/// The sealed handle of the husk binary that every shim is started from
+/// (`shim::sealed`), made once per server process.
+fn sealed_exe(cfg: &Config) -> anyhow::Result<std::path::PathBuf> {
+    static SEALED: std::sync::OnceLock<crate::shim::sealed::Sealed> = std::sync::OnceLock::new();
+    if let Some(s) = SEALED.get() {
+        return Ok(s.program());
+    }
+    let exe = std::env::current_exe().context("locate the husk binary")?;
+    let s = crate::shim::sealed::Sealed::new(&exe, &cfg.state.join("exe"))
+        .map_err(anyhow::Error::msg)
+        .context("seal the husk binary for the shims")?;
+    tracing::info!(kind = ?s.kind(), binary = %s.original().display(), "shims start from a sealed binary");
+    Ok(SEALED.get_or_init(|| s).program())
+}
+
 /// Runs the server until SIGTERM/SIGINT.
 pub async fn serve(cfg: Config) -> anyhow::Result<()> {
     let driver = crate::cgroup::Driver::resolve(&cfg.cgroup.driver, crate::cgroup::Layout::host())
@@ -96,6 +111,13 @@ pub async fn serve(cfg: Config) -> anyhow::Result<()> {
     let _lock = lock_root(&cfg)?;
     std::fs::create_dir_all(&cfg.state)
         .with_context(|| format!("create state {}", cfg.state.display()))?;
+    crate::store::modes::secure_layout(&cfg.root, &cfg.state).with_context(|| {
+        format!(
+            "set the modes of {} and {}",
+            cfg.root.display(),
+            cfg.state.display()
+        )
+    })?;
     let listener = bind(&cfg.listen)?;
     let state = Arc::new(State::new(cfg.clone()));
     let stream_server = crate::streaming::Server::start(
@@ -120,7 +142,7 @@ pub async fn serve(cfg: Config) -> anyhow::Result<()> {
         cni_bin_dirs: cfg.cni.bin_dirs.clone(),
         cni_timeout: std::time::Duration::from_secs(cfg.cni.plugin_timeout_secs),
         sandbox_image: cfg.sandbox_image.clone(),
-        exe: std::env::current_exe().context("locate the husk binary")?,
+        exe: sealed_exe(&cfg)?,
     };
     let root = cfg.root.clone();
     let (emitter, raw_events) = crate::events::channel();

@@ -5,14 +5,19 @@ use super::wire::{read_msg, write_msg};
 use crate::api::shim::{ShimRequest, ShimResponse};
 use std::io;
 use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-/// Starts `husk shim --dir DIR`; returns once the monitor is listening.
+/// Starts `husk shim --dir DIR` from `exe` (the sealed handle of
+/// `sealed.rs`, or a plain path); returns once the monitor is listening.
+/// argv[0] is the path of the binary this process runs, whatever `exe`.
 pub fn spawn(exe: &Path, dir: &Path) -> io::Result<()> {
     std::fs::create_dir_all(dir)?;
+    let arg0 = std::env::current_exe().unwrap_or_else(|_| exe.to_path_buf());
     let out = Command::new(exe)
+        .arg0(arg0)
         .arg("shim")
         .arg("--dir")
         .arg(dir)

@@ -128,22 +128,14 @@ mod tests {
     }
 }
 
-/// Resets what libcontainer leaves set before the payload's execve: the
-/// signal mask and SIGPIPE (ignored by the Rust runtime) would otherwise
-/// leak into every container.
+/// The executor of a container's init: husk's last steps before the
+/// payload's execve (`payload.rs`), then libcontainer's.
 #[derive(Clone)]
 pub(super) struct ResetSignals;
 
 impl Executor for ResetSignals {
     fn exec(&self, spec: &libcontainer::oci_spec::runtime::Spec) -> Result<(), ExecutorError> {
-        // SAFETY: plain libc calls on a zeroed sigset in the container's
-        // single-threaded init process, right before execve.
-        unsafe {
-            let mut set: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut set);
-            libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
-            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-        }
+        super::payload::before_execve()?;
         DefaultExecutor {}.exec(spec)
     }
 

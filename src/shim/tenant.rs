@@ -16,7 +16,8 @@
 //!   permitted and inheritable sets back to the container's before execve.
 //!   A profile that forbids capset(2) fails the exec with that message
 //!   rather than letting it run with extra capabilities.
-//! - The signal mask and SIGPIPE are reset, as for the container itself.
+//! - The signal mask and SIGPIPE are reset and every descriptor above
+//!   stderr closed, as for the container itself (`payload.rs`).
 //! - In a pod with its own user namespace, the exec joins it: libcontainer
 //!   0.7's tenant builder joins every namespace of the container but the
 //!   user namespace, which would leave an exec'd process with the node's
@@ -204,14 +205,6 @@ fn other(e: impl std::fmt::Display) -> ExecutorError {
 
 impl Executor for TenantExecutor {
     fn exec(&self, spec: &Spec) -> Result<(), ExecutorError> {
-        // SAFETY: plain libc calls on a zeroed sigset in the exec'd
-        // process (single-threaded), right before execve.
-        unsafe {
-            let mut set: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut set);
-            libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
-            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-        }
         if let Some(u) = &self.userns {
             u.enter()?;
         }
@@ -250,6 +243,7 @@ impl Executor for TenantExecutor {
                 .and_then(|_| caps::set(None, caps::CapSet::Permitted, &perm))
                 .map_err(|e| other(format!("restore the container's capabilities: {e}")))?;
         }
+        super::payload::before_execve()?;
         DefaultExecutor {}.exec(spec)
     }
 
