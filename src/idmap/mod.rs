@@ -55,17 +55,30 @@ impl Support {
 /// "others" may do with them. The error names the first that refuses; a
 /// part that does not exist yet is not checked.
 pub fn searchable(path: &Path) -> Result<(), String> {
-    use std::os::unix::fs::PermissionsExt;
+    searchable_by(path, None)
+}
+
+/// [`searchable`] for the user `ids` (node uid and gid; `None`: any
+/// unprivileged user), who may also search by owner or group: a pod's
+/// own dirs open to its root's gid alone (`store::modes`).
+pub fn searchable_by(path: &Path, ids: Option<(u32, u32)>) -> Result<(), String> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let mut at = std::path::PathBuf::from("/");
     for c in path.components().skip(1) {
         at.push(c);
-        let mode = match std::fs::metadata(&at) {
-            Ok(m) => m.permissions().mode(),
+        let md = match std::fs::metadata(&at) {
+            Ok(m) => m,
             // Not made yet: husk makes it (0755) when it needs it.
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
             Err(e) => return Err(format!("{}: {e}", at.display())),
         };
-        if mode & 0o001 == 0 {
+        let mode = md.permissions().mode();
+        let bit = match ids {
+            Some((uid, _)) if md.uid() == uid => 0o100,
+            Some((_, gid)) if md.gid() == gid => 0o010,
+            _ => 0o001,
+        };
+        if mode & bit == 0 {
             return Err(format!(
                 "a pod with its own user namespace runs as an unprivileged user of the node, \
                  which cannot search {} (mode {:o}): make it searchable by others (chmod o+x), \

@@ -101,7 +101,7 @@ pub(crate) fn with_new_pins(
     let result = (|| {
         for path in paths {
             if let Some(dir) = path.parent() {
-                fs::create_dir_all(dir)?;
+                crate::store::modes::make_private(dir)?;
             }
             fs::OpenOptions::new()
                 .write(true)

@@ -55,7 +55,8 @@ impl SandboxManager {
         if let Some(u) = a.userns {
             let pins = u.pin.parent().unwrap_or(&u.pin);
             for p in [rootfs.as_path(), pins] {
-                crate::idmap::searchable(p).map_err(SandboxError::Unreachable)?;
+                crate::idmap::searchable_by(p, Some(u.root()))
+                    .map_err(SandboxError::Unreachable)?;
             }
         }
         super::rootfs::mount(&self.images, a.image, &bundle, a.userns)?;

@@ -202,7 +202,7 @@ impl SandboxManager {
         let host_ipc = ipc_mode == NamespaceMode::Node;
         let dir = self.sandbox_dir(id);
         let shim_dir = self.shim_dir(id);
-        std::fs::create_dir_all(&dir).map_err(SandboxError::io("create sandbox dir"))?;
+        crate::store::modes::make_private(&dir).map_err(SandboxError::io("create sandbox dir"))?;
         {
             let d = dir.clone();
             undo.push("sandbox dir", move || {
@@ -290,6 +290,15 @@ impl SandboxManager {
                 Some(PodUserns { pin, uids, gids })
             }
         };
+        // The pod's dirs open to its own root alone, for search (`store::modes`).
+        if let Some(root) = pod_userns.as_ref().map(PodUserns::root) {
+            let pins_dir = self.paths.state.join("ns").join(id);
+            for d in [dir.as_path(), pins_dir.as_path()] {
+                crate::store::modes::for_pod(d, Some(root)).map_err(SandboxError::io(
+                    "open the pod's dirs to its user namespace",
+                ))?;
+            }
+        }
         for (_, p) in &pins {
             let q = p.clone();
             undo.push("namespace pin", move || {

@@ -7,3 +7,4 @@
 //! than they understand.
 
 pub mod atomic;
+pub mod modes;
