@@ -88,7 +88,10 @@ impl ContainerManager {
             .ok_or_else(|| SandboxError::NotFound(format!("pod sandbox {sandbox_id} not found")))?;
         let mut steps = crate::timing::Stages::new("CreateContainer");
         let dir = self.dir(id);
-        std::fs::create_dir_all(&dir).map_err(SandboxError::io("create container dir"))?;
+        let userns_root = pod.userns.as_ref().map(|u| u.root());
+        crate::store::modes::make_private(&dir)
+            .and_then(|()| crate::store::modes::for_pod(&dir, userns_root))
+            .map_err(SandboxError::io("create container dir"))?;
         // First, so an interrupted create can be undone (recover.rs).
         std::fs::write(dir.join(super::recover::SANDBOX_FILE), sandbox_id)
             .map_err(SandboxError::io("create container dir"))?;
@@ -99,7 +102,8 @@ impl ContainerManager {
         std::fs::write(dir.join("config.pb"), c.encode_to_vec())
             .map_err(SandboxError::io("save container config"))?;
         if pod.userns.is_some() {
-            crate::idmap::searchable(&dir.join("rootfs")).map_err(SandboxError::Unreachable)?;
+            crate::idmap::searchable_by(&dir.join("rootfs"), userns_root)
+                .map_err(SandboxError::Unreachable)?;
         }
         crate::sandbox::rootfs::mount(&self.images, image, &dir, pod.userns.as_ref())?;
         steps.end("rootfs");
@@ -113,6 +117,15 @@ impl ContainerManager {
                     "mount {:?} -> {:?}: both paths must be absolute",
                     m.host_path, m.container_path
                 )));
+            }
+            super::mounts::check_proc_destination(&m.container_path, &m.container_path)
+                .map_err(|SpecError(e)| SandboxError::Invalid(e))?;
+            if let Some(at) = crate::image::confined::resolve_in_root(
+                &dir.join("rootfs"),
+                Path::new(&m.container_path),
+            ) {
+                super::mounts::check_proc_destination(&m.container_path, &at.to_string_lossy())
+                    .map_err(|SpecError(e)| SandboxError::Invalid(e))?;
             }
             // A missing host path becomes an empty directory, as containerd does.
             if !host.exists() {
@@ -168,8 +181,12 @@ impl ContainerManager {
         let who = user::resolve(
             &asked,
             d.user.as_deref().unwrap_or(""),
-            read_in_root(&rootfs, "etc/passwd").as_deref(),
-            read_in_root(&rootfs, "etc/group").as_deref(),
+            user::read_user_db(&rootfs, "etc/passwd")
+                .map_err(|SpecError(m)| SandboxError::Invalid(m))?
+                .as_deref(),
+            user::read_user_db(&rootfs, "etc/group")
+                .map_err(|SpecError(m)| SandboxError::Invalid(m))?
+                .as_deref(),
         )
         .map_err(|SpecError(m)| SandboxError::Invalid(m))?;
         let parent =
@@ -285,7 +302,7 @@ impl ContainerManager {
             );
             return Err(e);
         }
-        self.events.emit(Kind::Created, id, sandbox_id);
+        self.events.emit_container(Kind::Created, &rec);
         steps.end("record");
         steps.finish();
         tracing::info!(container_id = %id, pod_sandbox_id = %sandbox_id, "container created");

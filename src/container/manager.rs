@@ -128,28 +128,6 @@ pub fn parse_signal(s: &str) -> Option<i32> {
     })
 }
 
-/// Reads a file of the image through its rootfs, confined to it.
-pub(super) fn read_in_root(root: &Path, rel: &str) -> Option<String> {
-    use rustix::fs::{Mode, OFlags, ResolveFlags};
-    let dir = rustix::fs::open(
-        root,
-        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .ok()?;
-    let fd = rustix::fs::openat2(
-        &dir,
-        rel,
-        OFlags::RDONLY | OFlags::CLOEXEC,
-        Mode::empty(),
-        ResolveFlags::IN_ROOT,
-    )
-    .ok()?;
-    let mut s = String::new();
-    std::io::Read::read_to_string(&mut std::fs::File::from(fd), &mut s).ok()?;
-    Some(s)
-}
-
 impl ContainerManager {
     pub fn open(
         root: &Path,

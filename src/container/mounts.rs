@@ -138,6 +138,44 @@ pub fn recursive_read_only_supported() -> bool {
     })
 }
 
+/// The files under /proc that a bind mount may cover, as runc allows
+/// them (what lxcfs provides, and the pid counter).
+const PROC_ALLOWED: [&str; 10] = [
+    "/proc/cpuinfo",
+    "/proc/diskstats",
+    "/proc/meminfo",
+    "/proc/stat",
+    "/proc/swaps",
+    "/proc/uptime",
+    "/proc/loadavg",
+    "/proc/slabinfo",
+    "/proc/net/dev",
+    "/proc/sys/kernel/ns_last_pid",
+];
+
+/// A bind mount on or under /proc is refused (a file of the node's
+/// choosing over `/proc/self/attr/…` or `/proc/sys/…` defeats AppArmor
+/// and sysctl confinement), except over [`PROC_ALLOWED`]. `dest` is the
+/// mount's destination as the container will see it: lexically cleaned
+/// here, and called again by the caller with the destination resolved
+/// through the image's symlinks.
+pub fn check_proc_destination(asked: &str, dest: &str) -> Result<(), SpecError> {
+    let clean = format!(
+        "/{}",
+        crate::image::confined::join(&crate::image::confined::clean(std::path::Path::new(dest)))
+            .display()
+    );
+    let under_proc = clean == "/proc" || clean.starts_with("/proc/");
+    if under_proc && !PROC_ALLOWED.contains(&clean.as_str()) {
+        return Err(SpecError(format!(
+            "mount {asked}: a bind mount on {clean} is refused (only procfs may be mounted \
+             on or under /proc, besides {})",
+            PROC_ALLOWED.join(", ")
+        )));
+    }
+    Ok(())
+}
+
 /// A recursive read-only mount must be read-only and private (the CRI,
 /// as containerd checks it).
 pub fn check_recursive_read_only(c: &ContainerConfig) -> Result<(), SpecError> {

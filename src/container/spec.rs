@@ -151,6 +151,17 @@ pub fn process_env(c: &ContainerConfig, img: &ImageDefaults) -> Vec<String> {
     env.into_iter().map(|(k, v)| format!("{k}={v}")).collect()
 }
 
+/// HOME from the user's passwd entry when the environment has none, so
+/// that libcontainer's init never looks the user up itself (it would
+/// read the image's passwd with glibc, unbounded, as the container's
+/// user is being set).
+fn with_home(mut env: Vec<String>, home: &str) -> Vec<String> {
+    if !env.iter().any(|e| e.starts_with("HOME=")) {
+        env.push(format!("HOME={home}"));
+    }
+    env
+}
+
 fn norm_cap(c: &str) -> String {
     let up = c.to_ascii_uppercase();
     if up.starts_with("CAP_") || up == "ALL" {
@@ -385,9 +396,12 @@ pub fn build(
             "terminal": c.tty,
             "user": {"uid": who.uid, "gid": who.gid, "additionalGids": who.additional_gids},
             "args": process_args(c, img)?,
-            "env": process_env(c, img),
+            "env": with_home(process_env(c, img), &who.home),
             "cwd": cwd,
-            "capabilities": {"bounding": caps, "effective": caps, "permitted": caps},
+            // Inheritable and ambient pinned empty: left out, libcontainer
+            // would keep the server's (the CRI never asks for either).
+            "capabilities": {"bounding": caps, "effective": caps, "permitted": caps,
+                             "inheritable": [], "ambient": []},
             // Absent rather than false: libcontainer reads any value as "set"
             // and would then load seccomp after dropping CAP_SYS_ADMIN.
             "noNewPrivileges": sc.no_new_privs.then_some(true),
@@ -543,7 +557,8 @@ mod tests {
         let who = Identity {
             uid: 1000,
             gid: 1000,
-            additional_gids: vec![10],
+            additional_gids: vec![1000, 10],
+            home: "/home/u".into(),
         };
         let v = build("c1", &c, &img(), &who, &pod).expect("spec");
         let ns = v["linux"]["namespaces"].as_array().expect("ns");
@@ -556,7 +571,13 @@ mod tests {
         assert_eq!(v["linux"]["cgroupsPath"], "/kubepods/podx/c1");
         assert_eq!(v["linux"]["resources"]["cpu"]["quota"], 50_000);
         assert_eq!(v["linux"]["resources"]["memory"]["limit"], 64 << 20);
-        assert_eq!(v["process"]["user"]["additionalGids"][0], 10);
+        assert_eq!(v["process"]["user"]["additionalGids"], json!([1000, 10]));
+        assert_eq!(v["process"]["capabilities"]["inheritable"], json!([]));
+        assert_eq!(v["process"]["capabilities"]["ambient"], json!([]));
+        assert!(v["process"]["env"]
+            .as_array()
+            .expect("env")
+            .contains(&json!("HOME=/home/u")));
         assert_eq!(v["process"]["cwd"], "/work");
         assert_eq!(v["root"]["readonly"], true);
         let mounts = v["mounts"].as_array().expect("mounts");

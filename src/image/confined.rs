@@ -112,6 +112,56 @@ pub fn mkdir_all_in_root(root: &Path, rel: &Path) -> Result<(), ImageError> {
     ensure_dir(&root_fd, &clean(rel), rel).map(|_| ())
 }
 
+/// Where `rel` lands inside `root` once the image's symlinks along it are
+/// followed as the container will follow them (confined to `root`, as for
+/// [`mkdir_all_in_root`]): an absolute target restarts from the root,
+/// `..` never climbs above it, a missing part is kept as written (a
+/// symlink to `/proc` resolves to `/proc` whether or not the image has
+/// that directory). `None` when the root cannot be opened or the links
+/// loop.
+pub fn resolve_in_root(root: &Path, rel: &Path) -> Option<PathBuf> {
+    let root_fd = rustix::fs::open(
+        root,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .ok()?;
+    let parts = |p: &Path| -> Vec<OsString> {
+        p.components()
+            .filter_map(|c| match c {
+                Component::Normal(n) => Some(n.to_os_string()),
+                Component::ParentDir => Some(OsString::from("..")),
+                _ => None,
+            })
+            .rev()
+            .collect()
+    };
+    let mut todo = parts(rel);
+    let mut out: Vec<OsString> = Vec::new();
+    let mut links = 0;
+    while let Some(c) = todo.pop() {
+        if c == ".." {
+            out.pop();
+            continue;
+        }
+        out.push(c);
+        // Not a symlink, or not there: kept as written.
+        if let Ok(target) = rustix::fs::readlinkat(&root_fd, join(&out), Vec::new()) {
+            links += 1;
+            if links > 40 {
+                return None;
+            }
+            out.pop();
+            let target = PathBuf::from(OsStr::from_bytes(target.as_bytes()));
+            if target.is_absolute() {
+                out.clear();
+            }
+            todo.extend(parts(&target));
+        }
+    }
+    Some(Path::new("/").join(join(&out)))
+}
+
 /// Removes `name` in `dir` recursively, never following symlinks.
 pub fn remove_all_at(dir: &impl AsFd, name: &OsStr) -> io::Result<()> {
     let st = match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
@@ -158,5 +208,21 @@ mod tests {
         assert_eq!(c("/abs/x"), PathBuf::from("abs/x"));
         assert_eq!(c("./a/./b/../c"), PathBuf::from("a/c"));
         assert!(clean(Path::new("./")).is_empty());
+    }
+
+    #[test]
+    fn mount_destinations_resolve_through_the_images_symlinks() {
+        let t = tempfile::tempdir().expect("tmp");
+        let r = t.path();
+        std::fs::create_dir_all(r.join("etc")).expect("etc");
+        std::os::unix::fs::symlink("/proc", r.join("p")).expect("p");
+        std::os::unix::fs::symlink("../../../proc/self", r.join("etc/me")).expect("me");
+        std::os::unix::fs::symlink("loop", r.join("loop")).expect("loop");
+        let at = |p: &str| resolve_in_root(r, Path::new(p));
+        assert_eq!(at("/p/sys"), Some(PathBuf::from("/proc/sys")));
+        assert_eq!(at("/etc/me/attr"), Some(PathBuf::from("/proc/self/attr")));
+        assert_eq!(at("/etc/../p"), Some(PathBuf::from("/proc")));
+        assert_eq!(at("/new/dir"), Some(PathBuf::from("/new/dir")));
+        assert_eq!(at("/loop/x"), None);
     }
 }

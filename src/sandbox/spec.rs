@@ -149,11 +149,16 @@ fn base(p: &PauseSpec<'_>, namespaces: Vec<Value>) -> Value {
         "ociVersion": "1.0.2",
         "process": {
             "terminal": false,
-            "user": {"uid": p.uid, "gid": p.gid},
+            // Its own gid as its only group: with no list, libcontainer
+            // would skip setgroups and keep the server's groups.
+            "user": {"uid": p.uid, "gid": p.gid, "additionalGids": [p.gid]},
             "args": p.args,
             "env": p.env,
             "cwd": "/",
-            "capabilities": {"bounding": caps, "effective": caps, "permitted": caps},
+            // Inheritable and ambient pinned empty: left out, libcontainer
+            // would keep the server's (the CRI never asks for either).
+            "capabilities": {"bounding": caps, "effective": caps, "permitted": caps,
+                             "inheritable": [], "ambient": []},
             "noNewPrivileges": true,
             "oomScoreAdj": p.oom_score_adj,
         },

@@ -81,9 +81,15 @@ pub(crate) fn to_cri(state: &State, rec: &ImageRecord) -> Image {
     let pinned = rec.pinned || sandbox.is_some_and(|s| rec.refs().any(|r| r == s));
     // Config `User` is "uid", "uid:gid", "name" or "name:group".
     let user = rec.user.split(':').next().unwrap_or("");
-    let (uid, username) = match user.parse::<i64>() {
-        Ok(n) => (Some(Int64Value { value: n }), String::new()),
-        Err(_) => (None, user.to_string()),
+    // A uid the runtime would refuse (beyond 2^31-1) is never reported as
+    // one: as a username, the kubelet's runAsNonRoot check cannot pass on
+    // it.
+    let digits = !user.is_empty() && user.bytes().all(|b| b.is_ascii_digit());
+    let (uid, username) = match user.parse::<u32>() {
+        Ok(n) if digits && n <= crate::container::user::MAX_ID => {
+            (Some(Int64Value { value: n.into() }), String::new())
+        }
+        _ => (None, user.to_string()),
     };
     Image {
         id: rec.id.clone(),
