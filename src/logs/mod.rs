@@ -111,7 +111,14 @@ fn open_append(path: &Path) -> io::Result<File> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    OpenOptions::new().create(true).append(true).open(path)
+    // The last component is never followed: a pod with a hostPath mount
+    // of the log dir could leave a symlink to a node file there, and the
+    // container's output would be appended to it.
+    std::os::unix::fs::OpenOptionsExt::custom_flags(
+        OpenOptions::new().create(true).append(true),
+        libc::O_NOFOLLOW | libc::O_NONBLOCK,
+    )
+    .open(path)
 }
 
 impl CriLogWriter {

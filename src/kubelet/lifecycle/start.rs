@@ -175,7 +175,11 @@ async fn start_inner(
         ctx.objects.services("default").await
     };
     let service_env = crate::kubelet::spec::service_env::for_pod(pod, &own, &default_ns);
+    let subpaths =
+        crate::kubelet::spec::subpath::bind_all(&ctx.settings, defaults::uid(pod), c, s.volumes)
+            .map_err(|e| config_err(e.to_string()))?;
     let inputs = Inputs {
+        subpaths: &subpaths,
         service_env: &service_env,
         env_objects: &env_objects,
         restart_count,

@@ -20,6 +20,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
+use std::path::Path;
 
 fn time(ns: i64) -> Option<Time> {
     (ns > 0)
@@ -34,8 +35,9 @@ fn termination_message(c: &ContainerView) -> Option<String> {
     let path = c.annotations.get(labels::TERMINATION_MESSAGE_PATH)?;
     let mut msg = String::new();
     if let Some(m) = c.mounts.iter().find(|m| &m.container_path == path) {
-        if let Ok(b) = std::fs::read(&m.host_path) {
-            msg = String::from_utf8_lossy(&b[..b.len().min(4096)]).to_string();
+        // At most what is kept: a container can write gigabytes there.
+        if let Ok(b) = read_head(Path::new(&m.host_path), MAX_TERMINATION_MESSAGE) {
+            msg = String::from_utf8_lossy(&b).to_string();
         }
     }
     let policy = c
@@ -52,9 +54,64 @@ fn termination_message(c: &ContainerView) -> Option<String> {
     (!msg.is_empty()).then_some(msg)
 }
 
-/// The last `lines` lines (at most `max` bytes) of a CRI log file, text only.
+/// The most of a termination-message file that is read (the upstream
+/// kubelet's per-container limit).
+const MAX_TERMINATION_MESSAGE: u64 = 4096;
+
+/// The first `max` bytes of a regular file, opened without blocking (a
+/// FIFO put in its place cannot hang the kubelet).
+fn read_head(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
+        .open(path)?;
+    if !f.metadata()?.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    let mut b = Vec::new();
+    f.take(max).read_to_end(&mut b)?;
+    Ok(b)
+}
+
+/// The last `bytes` of a regular file, from the start of the first whole
+/// line in them (the whole file when it is shorter).
+fn read_tail(path: &Path, bytes: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::{Read, Seek, SeekFrom};
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    let len = f.metadata()?.len();
+    if !f.metadata()?.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    let from = len.saturating_sub(bytes);
+    f.seek(SeekFrom::Start(from))?;
+    let mut b = Vec::new();
+    f.take(bytes).read_to_end(&mut b)?;
+    if from > 0 {
+        let cut = b
+            .iter()
+            .position(|c| *c == b'\n')
+            .map_or(b.len(), |i| i + 1);
+        b.drain(..cut);
+    }
+    Ok(b)
+}
+
+/// The last `lines` lines (at most `max` bytes) of a CRI log file, text
+/// only. Only the file's end is read: enough for `lines` CRI records of
+/// `max` bytes of text, whatever the log's size.
 pub fn log_tail(path: &str, lines: usize, max: usize) -> String {
-    log_tail_text(&std::fs::read(path).unwrap_or_default(), lines, max)
+    let window = (64 << 10).max(max as u64 * 4 + lines as u64 * 128);
+    log_tail_text(
+        &read_tail(Path::new(path), window).unwrap_or_default(),
+        lines,
+        max,
+    )
 }
 
 /// `log_tail` of a CRI log's bytes, read back by the kubelet API's reader
@@ -488,5 +545,47 @@ mod tests {
         std::fs::write(&p, "t stdout F one\nt stdout P DONE\n").unwrap();
         assert_eq!(log_tail(p.to_str().unwrap(), 80, 2048), "one\nDONE");
         assert_eq!(log_tail(p.to_str().unwrap(), 1, 2048), "DONE");
+    }
+
+    #[test]
+    fn only_the_ends_of_huge_files_are_read() {
+        use std::io::Write;
+        let d = tempfile::tempdir().unwrap();
+        // A 64 MiB log: its tail is the last lines, read from the end.
+        let p = d.path().join("0.log");
+        let mut f = std::fs::File::create(&p).unwrap();
+        let line = format!("t stdout F {}\n", "x".repeat(1000));
+        for _ in 0..(64 << 10) {
+            f.write_all(line.as_bytes()).unwrap();
+        }
+        f.write_all(b"t stdout F the end\n").unwrap();
+        drop(f);
+        let tail = log_tail(p.to_str().unwrap(), 2, 2048);
+        assert!(
+            tail.ends_with("xxx\nthe end\n"),
+            "{}",
+            &tail[tail.len() - 20..]
+        );
+        assert!(tail.len() <= 2048);
+        let b = read_tail(&p, 4096).unwrap();
+        assert!(
+            b.len() <= 4096 && b.starts_with(b"t stdout F "),
+            "whole lines only"
+        );
+        // A termination file is read to the kept size, a FIFO not at all.
+        let t = d.path().join("term");
+        std::fs::write(&t, vec![b'm'; 1 << 20]).unwrap();
+        assert_eq!(read_head(&t, MAX_TERMINATION_MESSAGE).unwrap().len(), 4096);
+        let fifo = d.path().join("fifo");
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o644),
+            0,
+        )
+        .unwrap();
+        assert!(read_head(&fifo, 4096).is_err());
+        assert_eq!(log_tail(fifo.to_str().unwrap(), 80, 2048), "");
     }
 }

@@ -22,6 +22,8 @@ pub struct Inputs<'a> {
     pub pod_ips: &'a [String],
     pub host_ip: &'a str,
     pub volumes: &'a HashMap<String, PathBuf>,
+    /// Volume-mount index → the bind of its subPath (`subpath.rs`).
+    pub subpaths: &'a HashMap<usize, PathBuf>,
     pub termination_file: Option<PathBuf>,
     pub etc_hosts: Option<PathBuf>,
     pub image_ref: &'a str,
@@ -167,18 +169,16 @@ fn propagation(p: Option<&str>) -> i32 {
 pub fn mounts(c: &Container, inp: &Inputs) -> Vec<Mount> {
     let mut out = Vec::new();
     let mut has_hosts = false;
-    for m in c.volume_mounts.iter().flatten() {
+    for (i, m) in c.volume_mounts.iter().flatten().enumerate() {
         let Some(base) = inp.volumes.get(&m.name) else {
             continue;
         };
+        // A subPath is only ever its descriptor-made bind, never a join.
         let host = match m.sub_path.as_deref().filter(|p| !p.is_empty()) {
-            Some(sp) => {
-                let p = base.join(sp);
-                if !p.exists() {
-                    let _ = std::fs::create_dir_all(&p);
-                }
-                p
-            }
+            Some(_) => match inp.subpaths.get(&i) {
+                Some(p) => p.clone(),
+                None => continue,
+            },
             None => base.clone(),
         };
         has_hosts |= m.mount_path == "/etc/hosts";
@@ -353,6 +353,7 @@ mod tests {
             pod_ips: &ips,
             host_ip: "",
             volumes: &vols,
+            subpaths: &HashMap::new(),
             termination_file: None,
             etc_hosts: None,
             image_ref: "sha256:abc",

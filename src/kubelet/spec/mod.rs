@@ -13,4 +13,5 @@ pub mod pull_secrets;
 pub mod runtime_class;
 pub mod sandbox_config;
 pub mod service_env;
+pub mod subpath;
 pub mod volumes;

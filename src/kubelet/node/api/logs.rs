@@ -89,22 +89,44 @@ pub async fn serve<S: AsyncWrite + Unpin>(s: &mut S, ctx: &Ctx, req: &Request) -
         .await?;
     let mut reader = Reader::default();
     let mut left = opts.limit_bytes.unwrap_or(usize::MAX);
-    let mut data = Vec::new();
-    f.read_to_end(&mut data).await?;
-    let mut lines = reader.lines(&data, &opts);
-    if !follow {
-        lines.extend(reader.finish(&opts));
-    }
-    if let Some(n) = opts.tail {
-        lines.drain(..lines.len().saturating_sub(n));
-    }
     fn take(left: &mut usize, lines: Vec<Vec<u8>>) -> Vec<u8> {
         let mut out: Vec<u8> = lines.concat();
         out.truncate(*left);
         *left -= out.len();
         out
     }
-    chunk(s, &take(&mut left, lines)).await?;
+    // The file is read a block at a time (a container's log can be
+    // gigabytes between rotations): without a tail, each block's lines
+    // go out at once; with one, only the last `tail` lines are kept.
+    let mut kept: std::collections::VecDeque<Vec<u8>> = std::collections::VecDeque::new();
+    let mut block = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut block).await?;
+        let mut lines = if n == 0 {
+            if follow {
+                break;
+            }
+            reader.finish(&opts)
+        } else {
+            reader.lines(&block[..n], &opts)
+        };
+        match opts.tail {
+            Some(t) => {
+                kept.extend(lines.drain(..));
+                while kept.len() > t {
+                    kept.pop_front();
+                }
+            }
+            None if left > 0 => chunk(s, &take(&mut left, lines)).await?,
+            None => {}
+        }
+        if n == 0 {
+            break;
+        }
+    }
+    if opts.tail.is_some() {
+        chunk(s, &take(&mut left, kept.into_iter().collect())).await?;
+    }
     if follow {
         let mut idle = 0u32;
         while left > 0 {
