@@ -89,7 +89,7 @@ pub fn run(kernel: &Path, append: &str, dir: &Path, script: &str, deadline: Dura
 /// given last wins): `init.sh` makes a copy-on-write root over the host's
 /// read-only one (an overlay on a tmpfs, so that dpkg and systemctl can
 /// write /usr, /etc and /var, and nothing reaches the host), mounts `dir`
-/// and a fresh /tmp in it, installs the two units, and switches root to
+/// in it (wherever it lives: /tmp stays the host's, copy-on-write), installs the two units, and switches root to
 /// /lib/systemd/systemd with `systemd.unit=husk-guest.target` (basic.target
 /// and the script, no getty or logind).
 pub fn run_systemd(
@@ -108,9 +108,10 @@ pub fn run_systemd(
                  mount -t tmpfs -o mode=0755 cow /media\n\
                  mkdir /media/upper /media/work $R\n\
                  mount -t overlay -o lowerdir=/,upperdir=/media/upper,workdir=/media/work,xino=off cow $R\n\
+                 mkdir -p $R{d}\n\
                  mount -t 9p -o trans=virtio,version=9p2000.L,access=any,msize=524288 virtme.initmount0 $R{d}\n\
-                 mount -t tmpfs -o mode=1777,nosuid,nodev tmp $R/tmp\n\
                  rm -f $R/.dockerenv\n\
+                 ln -sf /dev/null $R/etc/systemd/system/tmp.mount\n\
                  : > $R/etc/fstab\n\
                  cp {d}/husk-guest.service {d}/husk-guest.target $R/etc/systemd/system/\n\
                  exec switch_root $R /lib/systemd/systemd\n"

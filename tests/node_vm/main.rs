@@ -103,11 +103,8 @@ fn cgroup_v2_node() {
         return;
     };
     let exe = std::env::current_exe().unwrap();
-    // The guest's /tmp is a copy-on-write overlay, where an overlay upper
-    // dir cannot live: the tests get a tmpfs of their own.
     let script = format!(
-        "mount -t tmpfs -o size=2g tmpfs /tmp && \
-         export TMPDIR=/tmp HUSK_NODE_VM=1 RUST_BACKTRACE=1 && cd /tmp && \
+        "{GUEST_TMP_SETUP} && export HUSK_NODE_VM=1 RUST_BACKTRACE=1 && \
          cat /proc/self/cgroup /proc/version && \
          {} --ignored --test-threads=1 ::guest_",
         exe.display()
@@ -121,6 +118,18 @@ fn cgroup_v2_node() {
     );
     judge(&kernel, &o, o.output.contains("0::/\n"), &GUEST_TESTS);
 }
+
+/// The guest tests' scratch dir: a tmpfs of their own (the guest's /tmp
+/// is a copy-on-write overlay, where an overlay upper dir cannot live),
+/// mounted beside /tmp, not over it, so that a checkout under /tmp stays
+/// visible in the guest.
+const GUEST_TMP: &str = "/run/husk-vm-tmp";
+
+/// The guest script's first step: [`GUEST_TMP`] made, and TMPDIR and the
+/// working directory set to it.
+const GUEST_TMP_SETUP: &str = "mkdir -p /run/husk-vm-tmp && \
+     mount -t tmpfs -o size=2g,mode=1777 tmpfs /run/husk-vm-tmp && \
+     export TMPDIR=/run/husk-vm-tmp && cd /run/husk-vm-tmp";
 
 /// How long a guest may take, boot included: its tests take 2 to 4
 /// minutes on an idle machine.
@@ -141,9 +150,10 @@ fn watchdog(after: Duration) -> String {
            for p in $(pgrep -f -- '--ignored --test-threads'); do \
              for t in /proc/$p/task/*; do echo \"--- $t $(cat $t/comm) $(cat $t/wchan)\"; cat $t/stack; done; \
            done; \
-           for l in /tmp/*/husk.log; do echo \"--- $l\"; tail -n 30 $l; done; \
+           for l in {tmp}/*/husk.log; do echo \"--- $l\"; tail -n 30 $l; done; \
            pkill -f -- '--ignored --test-threads' ) >&2 & ",
-        s = after.as_secs()
+        s = after.as_secs(),
+        tmp = GUEST_TMP,
     )
 }
 
@@ -182,7 +192,7 @@ fn systemd_node() {
     let deb = deb.display();
     let exe = std::env::current_exe().unwrap();
     let script = format!(
-        "export TMPDIR=/tmp HUSK_NODE_VM=1 RUST_BACKTRACE=1 HUSK_DEB={deb} && cd /tmp && \
+        "{GUEST_TMP_SETUP} && export HUSK_NODE_VM=1 RUST_BACKTRACE=1 HUSK_DEB={deb} && \
          cat /proc/1/comm /proc/self/cgroup && \
          timeout 180 systemctl is-system-running --wait; \
          HUSK_TEST_CGROUP_DRIVER=cgroupfs {exe} --ignored --test-threads=1 {}",

@@ -62,9 +62,13 @@ async fn guest_user_namespaces_on_this_kernel() {
         .args(["-o", "loop"])
         .arg(&img)
         .arg(&ext4));
+    let tmp = std::env::var_os("TMPDIR");
     std::env::set_var("TMPDIR", &ext4);
     let mut p = setup(vec![]).await;
-    std::env::set_var("TMPDIR", "/tmp");
+    match tmp {
+        Some(t) => std::env::set_var("TMPDIR", t),
+        None => std::env::remove_var("TMPDIR"),
+    }
     let parent = kubelet_parent(&mut p);
     let image = app_image(&p).await;
 
