@@ -341,6 +341,12 @@ fn shim_dir() -> Option<PathBuf> {
 }
 
 fn run_shim(dir: &std::path::Path) -> ! {
+    // Started from the sealed binary's descriptor, the shim would be
+    // named after its number ("15") in ps and top.
+    // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes.
+    unsafe {
+        libc::prctl(libc::PR_SET_NAME, c"husk".as_ptr());
+    }
     // No async runtime here: the shim must stay single-threaded.
     if let Err(e) = husk::shim::process::run(dir) {
         eprintln!("husk shim: {e}");

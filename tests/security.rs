@@ -702,9 +702,10 @@ async fn bind_mounts_under_proc_are_refused() {
 
 /// The user's home from the image's passwd is HOME when the container's
 /// environment has none (libcontainer would otherwise look the user up
-/// itself, with glibc, in the image's files).
+/// itself, with glibc, in the image's files); a missing working directory
+/// is made for the user.
 #[tokio::test(flavor = "multi_thread")]
-async fn home_comes_from_the_bounded_passwd() {
+async fn home_and_working_dir_come_from_the_image() {
     if !common::require_root() {
         return;
     }
@@ -726,5 +727,16 @@ async fn home_comes_from_the_bounded_passwd() {
         sh(&p, &id, "echo $HOME; id -u; id -G").await,
         "/home/alice\n1000\n1000\n"
     );
+    // A working directory the image lacks is made, owned by the user (as
+    // runc makes it).
+    let mut c = shell(&img, "cwd", "pwd; stat -c %u:%g .; sleep 3600", &[]);
+    c.working_dir = "/work/deep".into();
+    create_start(&p.h, &pod, &pc, c).await;
+    let log = p.h.dir.path().join("logs/home/cwd/0.log");
+    let text = wait_for!(10, "the cwd's owner", {
+        let t = std::fs::read_to_string(&log).unwrap_or_default();
+        t.contains("1000:1000").then_some(t)
+    });
+    assert!(text.contains("stdout F /work/deep\n"), "{text}");
     stop_remove_pod(&p.h, &pod).await;
 }

@@ -189,6 +189,17 @@ impl ContainerManager {
                 .as_deref(),
         )
         .map_err(|SpecError(m)| SandboxError::Invalid(m))?;
+        let cwd = if c.working_dir.is_empty() {
+            img.working_dir.as_str()
+        } else {
+            c.working_dir.as_str()
+        };
+        super::mounts::make_working_dir(
+            &rootfs,
+            cwd,
+            &who,
+            pod.userns.as_ref().map(|u| |uid, gid| u.to_host(uid, gid)),
+        )?;
         let parent =
             crate::sandbox::manager::cgroup_parent(&self.sandboxes.saved_config(sandbox_id));
         let cgroups_path = crate::cgroup::Driver::current().cgroups_path(&parent, id);

@@ -176,6 +176,55 @@ pub fn check_proc_destination(asked: &str, dest: &str) -> Result<(), SpecError> 
     Ok(())
 }
 
+/// Makes a missing working directory inside the rootfs, owned by the
+/// container's user (as runc does), so that a `workingDir` the image
+/// lacks does not fail the start. A directory that resolves (through the
+/// image's symlinks) on or under /proc is not made: procfs is mounted
+/// there, and a descriptor path (`/proc/self/fd/N`) is for the init's
+/// check before execve (`shim/payload.rs`) to refuse. `to_host` maps the
+/// user's ids to the node's in a pod with its own user namespace.
+pub fn make_working_dir(
+    rootfs: &std::path::Path,
+    cwd: &str,
+    who: &super::user::Identity,
+    to_host: Option<impl Fn(u32, u32) -> Option<(u32, u32)>>,
+) -> Result<(), crate::sandbox::SandboxError> {
+    let rel = std::path::Path::new(cwd);
+    if !rel.is_absolute() || cwd == "/" {
+        return Ok(());
+    }
+    let Some(at) = crate::image::confined::resolve_in_root(rootfs, rel) else {
+        return Ok(());
+    };
+    if at == std::path::Path::new("/proc") || at.starts_with("/proc/") {
+        return Ok(());
+    }
+    if rootfs.join(at.strip_prefix("/").unwrap_or(&at)).is_dir() {
+        return Ok(());
+    }
+    crate::image::confined::mkdir_all_in_root(rootfs, rel)?;
+    let (uid, gid) = match to_host {
+        None => (who.uid, who.gid),
+        Some(f) => match f(who.uid, who.gid) {
+            Some(ids) => ids,
+            None => return Ok(()),
+        },
+    };
+    let made = rootfs.join(at.strip_prefix("/").unwrap_or(&at));
+    rustix::fs::chownat(
+        rustix::fs::CWD,
+        &made,
+        Some(rustix::process::Uid::from_raw(uid)),
+        Some(rustix::process::Gid::from_raw(gid)),
+        rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+    )
+    .map_err(|e| {
+        crate::sandbox::SandboxError::io(format!("give the working directory {cwd} to its user"))(
+            e.into(),
+        )
+    })
+}
+
 /// A recursive read-only mount must be read-only and private (the CRI,
 /// as containerd checks it).
 pub fn check_recursive_read_only(c: &ContainerConfig) -> Result<(), SpecError> {

@@ -132,14 +132,14 @@ fn kind_name(k: rustix::fs::FileType) -> &'static str {
 
 /// An id: a string of digits, within 0..=[`MAX_ID`]. `Ok(None)` for a
 /// string that is not all digits (a name).
-fn parse_id(s: &str, what: &dyn Fn() -> String) -> Result<Option<u32>, SpecError> {
+fn parse_id(s: &str, kind: &str, what: &dyn Fn() -> String) -> Result<Option<u32>, SpecError> {
     if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
         return Ok(None);
     }
     match s.parse::<u64>() {
         Ok(n) if n <= u64::from(MAX_ID) => Ok(Some(n as u32)),
         _ => Err(SpecError(format!(
-            "{}: id {s} is out of range (0 to {MAX_ID})",
+            "{}: {kind} {s} is out of range (0 to {MAX_ID})",
             what()
         ))),
     }
@@ -273,7 +273,7 @@ pub fn resolve(
     let in_passwd = |n: &str| format!("{source}: the image's /etc/passwd entry {n:?}");
     let (uid, mut gid, name, home) = if user_part.is_empty() {
         (0, 0, Some("root".to_string()), None)
-    } else if let Some(uid) = parse_id(&user_part, &named)? {
+    } else if let Some(uid) = parse_id(&user_part, "uid", &named)? {
         let e = users.iter().find(|e| e.uid == u64::from(uid));
         let gid = match e {
             Some(e) => db_id(e.gid, &|| in_passwd(&e.name))?,
@@ -300,7 +300,7 @@ pub fn resolve(
         )
     };
     if let Some(g) = group_part.filter(|g| !g.is_empty()) {
-        gid = match parse_id(&g, &named)? {
+        gid = match parse_id(&g, "gid", &named)? {
             Some(n) => n,
             None => {
                 let (_, id, _) = grps.iter().find(|(n, _, _)| *n == g).ok_or_else(|| {
@@ -450,7 +450,7 @@ mod tests {
             None,
             &[],
             "65534:4294967295",
-            "User \"65534:4294967295\"",
+            "User \"65534:4294967295\": gid",
         );
         refused(None, "", None, &[], "big", "/etc/passwd entry \"big\"");
         refused(
