@@ -22,17 +22,7 @@ use common::pod::*;
 use husk::api::cri::*;
 
 async fn exec(h: &common::server::Husk, id: &str, cmd: &[&str]) -> (i32, String) {
-    let r = h
-        .runtime()
-        .await
-        .exec_sync(ExecSyncRequest {
-            container_id: id.into(),
-            cmd: cmd.iter().map(|s| s.to_string()).collect(),
-            timeout: 10,
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let r = common::ctr::exec_sync(h, id, cmd).await.unwrap();
     (
         r.exit_code,
         String::from_utf8_lossy(&r.stdout).into_owned() + &String::from_utf8_lossy(&r.stderr),

@@ -45,16 +45,7 @@ async fn host_pod(p: &Pod, name: &str) -> (String, PodSandboxConfig) {
 }
 
 async fn exec(p: &Pod, id: &str, cmd: &[&str]) -> ExecSyncResponse {
-    p.h.runtime()
-        .await
-        .exec_sync(ExecSyncRequest {
-            container_id: id.into(),
-            cmd: cmd.iter().map(|s| s.to_string()).collect(),
-            timeout: 10,
-        })
-        .await
-        .unwrap()
-        .into_inner()
+    exec_sync(&p.h, id, cmd).await.unwrap()
 }
 
 async fn sh(p: &Pod, id: &str, script: &str) -> String {
@@ -262,16 +253,7 @@ async fn no_runtime_descriptor_reaches_the_payload() {
     for n in 3..=64 {
         let path = format!("/proc/self/fd/{n}/self/root/bin/busybox");
         // Refused as a call (the path does not resolve), or run and failed.
-        let r =
-            p.h.runtime()
-                .await
-                .exec_sync(ExecSyncRequest {
-                    container_id: id.clone(),
-                    cmd: vec![path, "echo".into(), "escaped".into()],
-                    timeout: 10,
-                })
-                .await;
-        if let Ok(r) = r.map(|r| r.into_inner()) {
+        if let Ok(r) = exec_sync(&p.h, &id, &[&path, "echo", "escaped"]).await {
             assert_ne!(r.exit_code, 0, "fd {n}: {r:?}");
             assert!(
                 !String::from_utf8_lossy(&r.stdout).contains("escaped"),
@@ -279,39 +261,18 @@ async fn no_runtime_descriptor_reaches_the_payload() {
             );
         }
     }
+    let mut attacks = Vec::new();
     for n in 3..=48 {
         let path = format!("/proc/self/fd/{n}/self/root/bin/busybox");
-        let c = ccfg(&img, &format!("argv{n}"), &[&path], &["echo", "escaped"]);
-        let Ok(cid) = try_create(&p.h, &pod, &pc, c).await else {
-            continue;
-        };
-        let started =
-            p.h.runtime()
-                .await
-                .start_container(StartContainerRequest {
-                    container_id: cid.clone(),
-                })
-                .await;
-        if started.is_ok() {
-            let st = wait_exited(&p.h, &cid).await;
-            assert_ne!(st.exit_code, 0, "fd {n} ran");
-        }
-        let log =
-            p.h.dir
-                .path()
-                .join("logs/fds")
-                .join(format!("argv{n}/0.log"));
-        // Its stdout, not the runtime's error quoting the args.
-        let text = std::fs::read_to_string(log).unwrap_or_default();
-        assert!(!text.contains("stdout F escaped"), "fd {n}: {text}");
-        p.h.runtime()
-            .await
-            .remove_container(RemoveContainerRequest { container_id: cid })
-            .await
-            .unwrap();
+        attacks.push(ccfg(
+            &img,
+            &format!("argv{n}"),
+            &[&path],
+            &["echo", "escaped"],
+        ));
     }
     // Attack 1: the working directory through a descriptor.
-    for n in [3, 4, 5, 6, 7, 8, 9, 10] {
+    for n in 3..=10 {
         let mut c = ccfg(
             &img,
             &format!("cwd{n}"),
@@ -319,27 +280,21 @@ async fn no_runtime_descriptor_reaches_the_payload() {
             &["pwd; ls .. > /dev/null && echo escaped"],
         );
         c.working_dir = format!("/proc/self/fd/{n}");
-        let Ok(cid) = try_create(&p.h, &pod, &pc, c).await else {
-            continue;
-        };
-        let started =
-            p.h.runtime()
-                .await
-                .start_container(StartContainerRequest {
-                    container_id: cid.clone(),
-                })
-                .await;
-        if started.is_ok() {
-            let st = wait_exited(&p.h, &cid).await;
-            assert_ne!(st.exit_code, 0, "cwd fd {n} ran");
+        attacks.push(c);
+    }
+    for c in attacks {
+        let name = c.metadata.as_ref().unwrap().name.clone();
+        if let Some(st) = run_to_exit(&p.h, &pod, &pc, c).await {
+            assert_ne!(st.exit_code, 0, "{name} ran");
         }
+        // Its stdout, not the runtime's error quoting the args.
         let log =
             p.h.dir
                 .path()
                 .join("logs/fds")
-                .join(format!("cwd{n}/0.log"));
+                .join(format!("{name}/0.log"));
         let text = std::fs::read_to_string(log).unwrap_or_default();
-        assert!(!text.contains("stdout F escaped"), "cwd fd {n}: {text}");
+        assert!(!text.contains("stdout F escaped"), "{name}: {text}");
     }
     stop_remove_pod(&p.h, &pod).await;
 }
@@ -597,12 +552,7 @@ async fn the_shims_binary_cannot_be_written() {
     let img = app_image(&p).await;
     let id = create(&p.h, &pod, &pc, shell(&img, "c", "sleep 3600", &[])).await;
     let host = std::fs::metadata(env!("CARGO_BIN_EXE_husk")).unwrap();
-    let shim: u32 =
-        std::fs::read_to_string(p.h.dir.path().join("run/s").join(&pod).join("shim.pid"))
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
+    let shim = common::pod::shim_pid(&p.h, &pod);
     // The created container's init, waiting for its start, is a clone
     // of the shim: its exe is the shim's.
     let st = container_status(&p.h, &id).await;

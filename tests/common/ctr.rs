@@ -214,3 +214,48 @@ pub fn cgroup_file(p: &Pod, controller: &str, id: &str, file: &str) -> String {
         .trim()
         .to_string()
 }
+
+/// ExecSync of `cmd` (10 s), the answer as it came.
+pub async fn exec_sync(
+    h: &Husk,
+    id: &str,
+    cmd: &[&str],
+) -> Result<ExecSyncResponse, tonic::Status> {
+    h.runtime()
+        .await
+        .exec_sync(ExecSyncRequest {
+            container_id: id.into(),
+            cmd: cmd.iter().map(|s| s.to_string()).collect(),
+            timeout: 10,
+        })
+        .await
+        .map(|r| r.into_inner())
+}
+
+/// Creates and starts `c`, waits for its exit and removes it: its status
+/// at the exit, or None when the create or the start was refused.
+pub async fn run_to_exit(
+    h: &Husk,
+    pod: &str,
+    pc: &PodSandboxConfig,
+    c: ContainerConfig,
+) -> Option<ContainerStatus> {
+    let id = try_create(h, pod, pc, c).await.ok()?;
+    let started = h
+        .runtime()
+        .await
+        .start_container(StartContainerRequest {
+            container_id: id.clone(),
+        })
+        .await;
+    let st = match started {
+        Ok(_) => Some(wait_exited(h, &id).await),
+        Err(_) => None,
+    };
+    h.runtime()
+        .await
+        .remove_container(RemoveContainerRequest { container_id: id })
+        .await
+        .unwrap();
+    st
+}

@@ -357,3 +357,12 @@ pub async fn remove_listed(p: &Pod) {
         .unwrap_or_else(|e| panic!("remove pod {}: {e:?}\n{}", s.id, p.h.log()));
     }
 }
+
+/// The pid of the shim of `pod` (its pid file).
+pub fn shim_pid(h: &Husk, pod: &str) -> u32 {
+    std::fs::read_to_string(h.dir.path().join("run/s").join(pod).join("shim.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}

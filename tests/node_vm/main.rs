@@ -25,6 +25,9 @@
 //! - `userns.rs`: user namespaces where tmpfs cannot be idmapped (6.1):
 //!   Status and `husk check`, a hostUsers: false pod on ext4, the clear
 //!   refusal of an idmapped tmpfs volume.
+//! - `security.rs`: no runtime descriptor at a payload's execve, and the
+//!   sealed binary of the shims (a memfd copy where overlayfs refuses the
+//!   guest's share), on this kernel.
 //! - `kernel.rs`: `husk check`, AppArmor (husk's default profile, Localhost
 //!   profiles, an unloaded one), seccomp and mount propagation on this
 //!   kernel.
@@ -39,6 +42,7 @@ mod limits;
 mod managers;
 mod oom;
 mod package;
+mod security;
 mod systemd;
 mod userns;
 
@@ -50,12 +54,13 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Guest tests, by name: the host test expects each to pass.
-const GUEST_TESTS: [&str; 6] = [
+const GUEST_TESTS: [&str; 7] = [
     "kernel::guest_check_apparmor_seccomp_propagation",
     "lifecycle::guest_exec_attach_port_forward_restart_and_cleanup",
     "limits::guest_limits_devices_updates_and_stats",
     "managers::guest_kubelet_pod_cgroups_and_oom_events",
     "oom::guest_oom_kills_are_reported",
+    "security::guest_no_runtime_descriptor_and_a_sealed_shim",
     "userns::guest_user_namespaces_on_this_kernel",
 ];
 
