@@ -140,7 +140,8 @@ pub fn limit_malloc_arenas() {
     }
 }
 
-/// Keeps what the server inherited to itself: every descriptor above
+/// Keeps what the server inherited to itself, and drops what it must not
+/// hand down: every descriptor above
 /// stderr is marked close-on-exec (a unit's socket-activation
 /// descriptors, a parent's pipes: husk uses none, and no shim or
 /// container may inherit them), and the socket-activation variables
@@ -162,6 +163,18 @@ pub fn keep_inherited_to_self() {
     }
     for v in ["LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES"] {
         std::env::remove_var(v);
+    }
+    // Nor does it keep what its parent's shell had: no supplementary
+    // groups, no inheritable or ambient capabilities (its shims, started
+    // from it, would inherit them; every spec pins them empty as well).
+    // SAFETY: setgroups with an empty list, before any thread is started.
+    if unsafe { libc::setgroups(0, std::ptr::null()) } != 0 {
+        tracing::warn!(error = %io::Error::last_os_error(), "could not drop supplementary groups");
+    }
+    let cleared = caps::clear(None, caps::CapSet::Ambient)
+        .and_then(|()| caps::clear(None, caps::CapSet::Inheritable));
+    if let Err(e) = cleared {
+        tracing::warn!(error = %e, "could not clear inheritable and ambient capabilities");
     }
 }
 

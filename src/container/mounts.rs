@@ -180,8 +180,9 @@ pub fn check_proc_destination(asked: &str, dest: &str) -> Result<(), SpecError> 
 /// container's user (as runc does), so that a `workingDir` the image
 /// lacks does not fail the start. A directory that resolves (through the
 /// image's symlinks) on or under /proc is not made: procfs is mounted
-/// there, and a descriptor path (`/proc/self/fd/N`) is for the init's
-/// check before execve (`shim/payload.rs`) to refuse. `to_host` maps the
+/// there. One in a process's own directory (`/proc/self/fd/N`,
+/// `/proc/<pid>/cwd`) is InvalidArgument (CVE-2024-21626); the init's
+/// check before execve (`shim/payload.rs`) stands behind it. `to_host` maps the
 /// user's ids to the node's in a pod with its own user namespace.
 pub fn make_working_dir(
     rootfs: &std::path::Path,
@@ -197,6 +198,21 @@ pub fn make_working_dir(
         return Ok(());
     };
     if at == std::path::Path::new("/proc") || at.starts_with("/proc/") {
+        // A process's own descriptors and directories: the working
+        // directory would be whatever the init holds open at its chdir.
+        let per_process = at
+            .components()
+            .nth(2)
+            .and_then(|c| c.as_os_str().to_str())
+            .is_some_and(|c| {
+                c == "self" || c == "thread-self" || c.bytes().all(|b| b.is_ascii_digit())
+            });
+        if per_process {
+            return Err(crate::sandbox::SandboxError::Invalid(format!(
+                "working_dir {cwd:?} is a process's directory under /proc ({}): refused",
+                at.display()
+            )));
+        }
         return Ok(());
     }
     if rootfs.join(at.strip_prefix("/").unwrap_or(&at)).is_dir() {
