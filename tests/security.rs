@@ -208,6 +208,21 @@ async fn ids_beyond_31_bits_are_refused() {
         );
     }
     assert_eq!(container_dirs(&p), 0, "a refused create leaves nothing");
+    // The pod's own (its pause runs as it).
+    for uid in [-1i64, 4294967295] {
+        let mut c = pod_config(&p, "badpod");
+        pod::host_network(&mut c);
+        c.linux
+            .as_mut()
+            .unwrap()
+            .security_context
+            .as_mut()
+            .unwrap()
+            .run_as_user = Some(Int64Value { value: uid });
+        let e = pod::run(&p.h, c).await.expect_err("a pod running as -1");
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+        assert!(e.message().contains("run_as_user"), "{e:?}");
+    }
     // The largest allowed id runs as itself.
     let mut c = ccfg(&img, "edge", &[], &[]);
     security(&mut c).run_as_user = Some(Int64Value { value: 2147483647 });

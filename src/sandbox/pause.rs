@@ -30,12 +30,24 @@ pub(super) struct PauseAsk<'a> {
     pub cgroups_path: &'a str,
 }
 
-/// `uid[:gid]` from an image's User (names fall back to 0).
-fn image_user(user: &str) -> (u32, u32) {
+/// `uid[:gid]` from the pause image's User (names fall back to 0); an id
+/// beyond 2^31-1 is refused (the kernel would read 4294967295 as
+/// "unchanged": root).
+fn image_user(user: &str) -> Result<(u32, u32), SandboxError> {
+    let id = |s: &str| -> Result<Option<u32>, SandboxError> {
+        match s.parse::<u64>() {
+            Ok(n) if n <= u64::from(crate::container::user::MAX_ID) => Ok(Some(n as u32)),
+            Ok(_) => Err(SandboxError::Invalid(format!(
+                "the sandbox image's User {user:?}: id {s} is out of range (0 to {})",
+                crate::container::user::MAX_ID
+            ))),
+            Err(_) => Ok(None),
+        }
+    };
     let mut parts = user.split(':');
-    let uid = parts.next().and_then(|u| u.parse().ok()).unwrap_or(0);
-    let gid = parts.next().and_then(|g| g.parse().ok()).unwrap_or(uid);
-    (uid, gid)
+    let uid = id(parts.next().unwrap_or(""))?.unwrap_or(0);
+    let gid = id(parts.next().unwrap_or(""))?.unwrap_or(uid);
+    Ok((uid, gid))
 }
 
 impl SandboxManager {
@@ -88,7 +100,7 @@ impl SandboxManager {
                 .as_ref()
                 .and_then(|l| l.security_context.clone())
                 .unwrap_or_default();
-        let (mut uid, mut gid) = image_user(defaults.user.as_deref().unwrap_or(""));
+        let (mut uid, mut gid) = image_user(defaults.user.as_deref().unwrap_or(""))?;
         if let Some(u) = sc.run_as_user {
             uid = u.value as u32;
         }
