@@ -132,7 +132,11 @@ fn kind_name(k: rustix::fs::FileType) -> &'static str {
 
 /// An id: a string of digits, within 0..=[`MAX_ID`]. `Ok(None)` for a
 /// string that is not all digits (a name).
-fn parse_id(s: &str, kind: &str, what: &dyn Fn() -> String) -> Result<Option<u32>, SpecError> {
+pub(crate) fn parse_id(
+    s: &str,
+    kind: &str,
+    what: &dyn Fn() -> String,
+) -> Result<Option<u32>, SpecError> {
     if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
         return Ok(None);
     }
@@ -145,7 +149,8 @@ fn parse_id(s: &str, kind: &str, what: &dyn Fn() -> String) -> Result<Option<u32
     }
 }
 
-fn in_range(n: i64, what: &str) -> Result<u32, SpecError> {
+/// `n` as an id within 0..=[`MAX_ID`], or an error naming `what`.
+pub(crate) fn in_range(n: i64, what: &str) -> Result<u32, SpecError> {
     match u32::try_from(n) {
         Ok(v) if v <= MAX_ID => Ok(v),
         _ => Err(SpecError(format!(

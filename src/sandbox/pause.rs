@@ -34,19 +34,16 @@ pub(super) struct PauseAsk<'a> {
 /// beyond 2^31-1 is refused (the kernel would read 4294967295 as
 /// "unchanged": root).
 fn image_user(user: &str) -> Result<(u32, u32), SandboxError> {
-    let id = |s: &str| -> Result<Option<u32>, SandboxError> {
-        match s.parse::<u64>() {
-            Ok(n) if n <= u64::from(crate::container::user::MAX_ID) => Ok(Some(n as u32)),
-            Ok(_) => Err(SandboxError::Invalid(format!(
-                "the sandbox image's User {user:?}: id {s} is out of range (0 to {})",
-                crate::container::user::MAX_ID
-            ))),
-            Err(_) => Ok(None),
-        }
-    };
+    use crate::container::user::parse_id;
+    let what = || format!("the sandbox image's User {user:?}");
+    let invalid = |crate::container::SpecError(m)| SandboxError::Invalid(m);
     let mut parts = user.split(':');
-    let uid = id(parts.next().unwrap_or(""))?.unwrap_or(0);
-    let gid = id(parts.next().unwrap_or(""))?.unwrap_or(uid);
+    let uid = parse_id(parts.next().unwrap_or(""), "uid", &what)
+        .map_err(invalid)?
+        .unwrap_or(0);
+    let gid = parse_id(parts.next().unwrap_or(""), "gid", &what)
+        .map_err(invalid)?
+        .unwrap_or(uid);
     Ok((uid, gid))
 }
 

@@ -121,15 +121,16 @@ pub fn config(c: &PodSandboxConfig) -> Result<super::userns::Userns, String> {
             return Err("linux.security_context.run_as_group is set without run_as_user".into());
         }
         // The kernel reads -1 (4294967295) as "unchanged": root.
-        let max = i64::from(crate::container::user::MAX_ID);
         for (field, id) in [
             ("run_as_user", sc.run_as_user),
             ("run_as_group", sc.run_as_group),
         ] {
-            if let Some(v) = id.map(|v| v.value).filter(|v| !(0..=max).contains(v)) {
-                return Err(format!(
-                    "linux.security_context.{field} {v} is out of range (0 to {max})"
-                ));
+            if let Some(v) = id {
+                crate::container::user::in_range(
+                    v.value,
+                    &format!("linux.security_context.{field}"),
+                )
+                .map_err(|e| e.0)?;
             }
         }
     }

@@ -84,10 +84,11 @@ fn read_tail(path: &Path, bytes: u64) -> std::io::Result<Vec<u8>> {
         .read(true)
         .custom_flags(libc::O_NONBLOCK)
         .open(path)?;
-    let len = f.metadata()?.len();
-    if !f.metadata()?.is_file() {
+    let md = f.metadata()?;
+    if !md.is_file() {
         return Err(std::io::Error::other("not a regular file"));
     }
+    let len = md.len();
     let from = len.saturating_sub(bytes);
     f.seek(SeekFrom::Start(from))?;
     let mut b = Vec::new();
