@@ -23,12 +23,12 @@ pub mod driver;
 mod kill;
 pub mod resources;
 pub mod systemd;
-mod usage;
+pub mod usage;
 mod validate;
 
 pub use driver::Driver;
 pub use kill::{kill_all, remove};
-pub use usage::{usage, Cpu, Memory, Usage};
+pub use usage::{usage, v2_pressure, Cpu, Memory, Pressure, Psi, Usage};
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -49,43 +49,66 @@ pub struct Usage {
     pub pressure: Option<Pressure>,
 }
 
-/// Pressure stall information: microseconds during which some task
-/// (`some`) or every task (`full`) of the cgroup waited, per resource
-/// (`<resource>.pressure`'s `total=` fields).
+/// One line of a `*.pressure` file: the share of time some task
+/// (`some`) or every task (`full`) of the cgroup waited, as averages in
+/// percent over 10, 60 and 300 s, and the total in microseconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct PsiLine {
+    pub avg10: f64,
+    pub avg60: f64,
+    pub avg300: f64,
+    pub total_us: u64,
+}
+
+/// A resource's pressure: its `some` and `full` lines.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Psi {
+    pub some: PsiLine,
+    pub full: PsiLine,
+}
+
+/// Pressure stall information of a cgroup (v2 with PSI only); a resource
+/// whose file is missing (io without the io controller) is None.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Pressure {
-    pub cpu_some_us: u64,
-    pub cpu_full_us: u64,
-    pub memory_some_us: u64,
-    pub memory_full_us: u64,
-    pub io_some_us: u64,
-    pub io_full_us: u64,
+    pub cpu: Psi,
+    pub memory: Option<Psi>,
+    pub io: Option<Psi>,
 }
 
-/// The `some` and `full` totals of a `*.pressure` file.
-fn psi_totals(text: &str) -> (u64, u64) {
-    let total = |kind: &str| {
-        text.lines()
-            .find(|l| l.starts_with(kind))
-            .and_then(|l| l.split_whitespace().find_map(|f| f.strip_prefix("total=")))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
+/// Parses a `*.pressure` file; a missing `full` line (cpu before 5.13)
+/// is all zero, as the kernel means it.
+pub fn parse_psi(text: &str) -> Psi {
+    let line = |kind: &str| {
+        let mut l = PsiLine::default();
+        if let Some(rest) = text.lines().find_map(|l| l.strip_prefix(kind)) {
+            for field in rest.split_whitespace() {
+                let Some((k, v)) = field.split_once('=') else {
+                    continue;
+                };
+                match k {
+                    "avg10" => l.avg10 = v.parse().unwrap_or(0.0),
+                    "avg60" => l.avg60 = v.parse().unwrap_or(0.0),
+                    "avg300" => l.avg300 = v.parse().unwrap_or(0.0),
+                    "total" => l.total_us = v.parse().unwrap_or(0),
+                    _ => {}
+                }
+            }
+        }
+        l
     };
-    (total("some "), total("full "))
+    Psi {
+        some: line("some "),
+        full: line("full "),
+    }
 }
 
-fn v2_pressure(dir: &Path) -> Option<Pressure> {
-    let (cpu_some_us, cpu_full_us) = psi_totals(&read(dir, "cpu.pressure")?);
-    let (memory_some_us, memory_full_us) =
-        psi_totals(&read(dir, "memory.pressure").unwrap_or_default());
-    let (io_some_us, io_full_us) = psi_totals(&read(dir, "io.pressure").unwrap_or_default());
+/// A v2 cgroup's pressure; None without `cpu.pressure` (PSI off).
+pub fn v2_pressure(dir: &Path) -> Option<Pressure> {
     Some(Pressure {
-        cpu_some_us,
-        cpu_full_us,
-        memory_some_us,
-        memory_full_us,
-        io_some_us,
-        io_full_us,
+        cpu: parse_psi(&read(dir, "cpu.pressure")?),
+        memory: read(dir, "memory.pressure").map(|t| parse_psi(&t)),
+        io: read(dir, "io.pressure").map(|t| parse_psi(&t)),
     })
 }
 
@@ -308,15 +331,12 @@ mod tests {
         );
         let p = v2_pressure(d.path()).expect("pressure");
         assert_eq!(
-            (
-                p.cpu_some_us,
-                p.cpu_full_us,
-                p.memory_some_us,
-                p.memory_full_us,
-                p.io_some_us
-            ),
-            (1500, 700, 42, 0, 0)
+            (p.cpu.some.total_us, p.cpu.full.total_us, p.cpu.some.avg10),
+            (1500, 700, 0.0)
         );
+        let m = p.memory.expect("memory pressure");
+        assert_eq!((m.some.total_us, m.some.avg10, m.full.total_us), (42, 1.0, 0));
+        assert_eq!(p.io, None, "no io.pressure file");
         std::fs::remove_file(d.path().join("cpu.pressure")).expect("rm");
         assert_eq!(v2_pressure(d.path()), None, "no PSI in this kernel");
     }

@@ -18,6 +18,14 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// What CreateContainer found before anything was made.
+struct Found {
+    image: crate::image::ImageRecord,
+    volumes: Vec<super::image_volumes::Volume>,
+    /// The config's stop signal; None: the image's, or SIGTERM.
+    stop_signal: Option<i32>,
+}
+
 impl ContainerManager {
     /// CreateContainer.
     pub async fn create(
@@ -51,6 +59,8 @@ impl ContainerManager {
         let image = self.images.find(&image_name).ok_or_else(|| {
             SandboxError::NotFound(format!("image {image_name:?} not found (pull it first)"))
         })?;
+        let stop_signal = super::signal::from_cri(c.stop_signal).map_err(SandboxError::Invalid)?;
+        let volumes = super::image_volumes::resolve(&self.images, &c)?;
         let id = format!("{:032x}", rand::random::<u128>());
         let name = format!("{}_{}_{}", md.name, sandbox_id, md.attempt);
         {
@@ -65,7 +75,12 @@ impl ContainerManager {
         }
         let this = self.clone();
         let (id2, sid) = (id.clone(), sandbox_id.to_string());
-        let r = tokio::task::spawn_blocking(move || this.create_blocking(&id2, &sid, &c, &image))
+        let found = Found {
+            image,
+            volumes,
+            stop_signal,
+        };
+        let r = tokio::task::spawn_blocking(move || this.create_blocking(&id2, &sid, &c, &found))
             .await
             .map_err(err)?;
         if r.is_err() {
@@ -80,8 +95,9 @@ impl ContainerManager {
         id: &str,
         sandbox_id: &str,
         c: &ContainerConfig,
-        image: &crate::image::ImageRecord,
+        found: &Found,
     ) -> Result<(), SandboxError> {
+        let image = &found.image;
         let pod = self
             .sandboxes
             .get(sandbox_id)
@@ -107,6 +123,9 @@ impl ContainerManager {
         }
         crate::sandbox::rootfs::mount(&self.images, image, &dir, pod.userns.as_ref())?;
         steps.end("rootfs");
+        let mut with_volumes = c.clone();
+        super::image_volumes::mount_all(&self.images, &mut with_volumes, &dir, &found.volumes)?;
+        let c = &with_volumes;
 
         // Mount points of the config's mounts, created inside the rootfs
         // (confined: an image symlink cannot send them to the host).
@@ -277,11 +296,13 @@ impl ContainerManager {
             message: String::new(),
             user: Some(who.record()),
             cgroups_path: cgroups_path.clone(),
-            stop_signal: d
-                .stop_signal
-                .as_deref()
-                .and_then(parse_signal)
-                .unwrap_or(libc::SIGTERM),
+            stop_signal: found.stop_signal.unwrap_or_else(|| {
+                d.stop_signal
+                    .as_deref()
+                    .and_then(super::signal::parse_signal)
+                    .unwrap_or(libc::SIGTERM)
+            }),
+            image_volumes: found.volumes.iter().map(|v| v.image.id.clone()).collect(),
         };
         self.watch_pod_exits(sandbox_id);
         let made = shim_call(

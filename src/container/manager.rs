@@ -58,6 +58,9 @@ pub struct ContainerRecord {
     pub message: String,
     pub cgroups_path: String,
     pub stop_signal: i32,
+    /// The ids of the images mounted as volumes (RemoveImage refuses them).
+    #[serde(default)]
+    pub image_volumes: Vec<String>,
     /// The identity of the first process (absent in records written
     /// before it was kept).
     #[serde(default)]
@@ -105,27 +108,6 @@ pub(crate) fn shim_call(
     } else {
         Err(SandboxError::Shim(resp.error))
     }
-}
-
-/// A signal name or number from an image's StopSignal.
-pub fn parse_signal(s: &str) -> Option<i32> {
-    if let Ok(n) = s.parse::<i32>() {
-        return Some(n);
-    }
-    let name = s.trim_start_matches("SIG");
-    Some(match name {
-        "HUP" => libc::SIGHUP,
-        "INT" => libc::SIGINT,
-        "QUIT" => libc::SIGQUIT,
-        "KILL" => libc::SIGKILL,
-        "USR1" => libc::SIGUSR1,
-        "USR2" => libc::SIGUSR2,
-        "TERM" => libc::SIGTERM,
-        "WINCH" => libc::SIGWINCH,
-        "STOP" => libc::SIGSTOP,
-        "PWR" => libc::SIGPWR,
-        _ => return None,
-    })
 }
 
 impl ContainerManager {
@@ -272,6 +254,20 @@ impl ContainerManager {
     fn oom_killed(&self, r: &ContainerRecord) -> bool {
         crate::cgroup::oom_kills(crate::cgroup::Layout::host(), &r.cgroups_path)
             .is_some_and(|n| n > 0)
+    }
+
+    /// A container that mounts image `image_id` as a volume, if any.
+    pub fn volume_user(&self, image_id: &str) -> Option<String> {
+        self.lock()
+            .0
+            .values()
+            .find(|r| r.image_volumes.iter().any(|i| i == image_id))
+            .map(|r| r.id.clone())
+    }
+
+    /// Every container's id, in no order.
+    pub fn ids(&self) -> Vec<String> {
+        self.lock().0.keys().cloned().collect()
     }
 
     pub fn list(&self) -> Vec<ContainerRecord> {

@@ -7,10 +7,12 @@
 mod create;
 mod exits;
 mod idmapped;
+pub mod image_volumes;
 pub mod manager;
 pub mod mounts;
 mod ops;
 mod recover;
+pub mod signal;
 pub mod spec;
 pub mod stats;
 pub mod stream;

@@ -128,8 +128,10 @@ pub fn process_args(c: &ContainerConfig, img: &ImageDefaults) -> Result<Vec<Stri
     Ok(args)
 }
 
-/// The image's env then the config's; the config wins per key; PATH ensured.
-pub fn process_env(c: &ContainerConfig, img: &ImageDefaults) -> Vec<String> {
+/// The image's env then the config's; the config wins per key; PATH
+/// ensured. A value that is not UTF-8 (the CRI carries bytes) cannot go
+/// into the OCI spec's strings: InvalidArgument naming its key.
+pub fn process_env(c: &ContainerConfig, img: &ImageDefaults) -> Result<Vec<String>, SpecError> {
     let mut env: Vec<(String, String)> = Vec::new();
     let mut set = |k: &str, v: &str| match env.iter_mut().find(|(x, _)| x == k) {
         Some(e) => e.1 = v.to_string(),
@@ -140,7 +142,13 @@ pub fn process_env(c: &ContainerConfig, img: &ImageDefaults) -> Vec<String> {
         set(k, v);
     }
     for kv in &c.envs {
-        set(&kv.key, &kv.value);
+        let v = std::str::from_utf8(&kv.value).map_err(|_| {
+            SpecError(format!(
+                "the value of environment variable {:?} is not UTF-8",
+                kv.key
+            ))
+        })?;
+        set(&kv.key, v);
     }
     if !env.iter().any(|(k, _)| k == "PATH") {
         env.push((
@@ -148,7 +156,7 @@ pub fn process_env(c: &ContainerConfig, img: &ImageDefaults) -> Vec<String> {
             "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into(),
         ));
     }
-    env.into_iter().map(|(k, v)| format!("{k}={v}")).collect()
+    Ok(env.into_iter().map(|(k, v)| format!("{k}={v}")).collect())
 }
 
 /// HOME from the user's passwd entry when the environment has none, so
@@ -396,7 +404,7 @@ pub fn build(
             "terminal": c.tty,
             "user": {"uid": who.uid, "gid": who.gid, "additionalGids": who.additional_gids},
             "args": process_args(c, img)?,
-            "env": with_home(process_env(c, img), &who.home),
+            "env": with_home(process_env(c, img)?, &who.home),
             "cwd": cwd,
             // Inheritable and ambient pinned empty: left out, libcontainer
             // would keep the server's (the CRI never asks for either).
@@ -482,13 +490,22 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            process_env(&c, &img()),
+            process_env(&c, &img()).expect("env"),
             vec!["PATH=/bin", "A=config", "B=b"]
         );
         assert!(
-            process_env(&ContainerConfig::default(), &ImageDefaults::default())[0]
+            process_env(&ContainerConfig::default(), &ImageDefaults::default()).expect("env")[0]
                 .starts_with("PATH=")
         );
+        let bad = ContainerConfig {
+            envs: vec![KeyValue {
+                key: "X".into(),
+                value: vec![0xff, 0xfe],
+            }],
+            ..Default::default()
+        };
+        let e = process_env(&bad, &img()).expect_err("not UTF-8");
+        assert!(e.0.contains("\"X\" is not UTF-8"), "{}", e.0);
     }
 
     #[test]

@@ -84,6 +84,9 @@ pub struct SandboxUsage {
     /// When the counters were read, and each interface's.
     pub network: Option<(i64, Vec<Counters>)>,
     pub containers: Vec<ContainerUsage>,
+    /// The pod cgroup's own pressure (v2, a pod with a cgroup parent):
+    /// stall times of its cgroups overlap and cannot be summed.
+    pub pressure: Option<crate::cgroup::Pressure>,
 }
 
 /// Sample keys of pods, apart from container ids.
@@ -120,6 +123,12 @@ impl ContainerManager {
             .and_then(|i| self.get(&i))
             .ok_or_else(|| SandboxError::NotFound(format!("container {id} not found")))?;
         Ok(self.usage_of(Layout::host(), r, true))
+    }
+
+    /// One container's figures, its CPU rate sampled (a Stream* RPC's
+    /// item).
+    pub fn usage(&self, r: ContainerRecord) -> ContainerUsage {
+        self.usage_of(Layout::host(), r, true)
     }
 
     /// ListContainerStats: every container `keep` accepts.
@@ -194,7 +203,14 @@ impl ContainerManager {
             },
             _ => None,
         };
+        let pressure = match layout {
+            crate::cgroup::Layout::V2(_) if !rec.cgroup_parent.is_empty() => layout
+                .dir("", &rec.cgroups_path)
+                .and_then(|d| d.parent().and_then(crate::cgroup::v2_pressure)),
+            _ => None,
+        };
         Ok(SandboxUsage {
+            pressure,
             record: rec,
             cgroup: total,
             nano_cores,

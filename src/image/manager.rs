@@ -214,6 +214,16 @@ impl ImageManager {
         }
     }
 
+    /// Every image's id, in no order.
+    pub fn ids(&self) -> Vec<String> {
+        self.records_read().all().map(|r| r.id.clone()).collect()
+    }
+
+    /// The image of an id, if it is still there.
+    pub fn by_id(&self, id: &str) -> Option<ImageRecord> {
+        self.records_read().get(id).cloned()
+    }
+
     /// Every image, sorted by first reference for stable output.
     pub fn list(&self) -> Vec<ImageRecord> {
         let mut v: Vec<ImageRecord> = self.records_read().all().cloned().collect();

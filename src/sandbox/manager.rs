@@ -73,6 +73,10 @@ pub struct SandboxRecord {
     pub hostname: String,
     pub log_directory: String,
     pub cgroups_path: String,
+    /// The pod's cgroup parent as the kubelet gave it ("": none, the
+    /// pause's cgroup sits under husk's default parent).
+    #[serde(default)]
+    pub cgroup_parent: String,
     /// Set once StopPodSandbox has completed (pause killed, CNI DEL done,
     /// shm released): a later stop, or the stop inside RemovePodSandbox,
     /// has nothing left to do.

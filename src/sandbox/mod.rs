@@ -20,6 +20,7 @@ pub mod files;
 pub mod manager;
 mod pause;
 mod recover;
+mod resize;
 pub mod rootfs;
 mod run;
 mod spare;
@@ -29,6 +30,11 @@ pub mod userns;
 pub mod validate;
 
 pub use manager::SandboxManager;
+
+/// The runtime handler names a pod may give besides `""` (the default):
+/// husk's own path under its name, and under `runc` for pods written
+/// for containerd's default handler.
+pub const RUNTIME_HANDLERS: [&str; 2] = ["husk", "runc"];
 
 use crate::error::Kind;
 

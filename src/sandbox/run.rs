@@ -476,6 +476,7 @@ impl SandboxManager {
             hostname,
             log_directory: c.log_directory.clone(),
             cgroups_path,
+            cgroup_parent: cgroup_parent(c),
             stopped: false,
             userns: pod_userns,
         };

@@ -7,6 +7,7 @@
 //! until then every RPC answers Unavailable (see `instrument.rs`).
 
 pub mod admin;
+pub mod chunks;
 pub mod deadline;
 pub mod h2front;
 pub(crate) mod idle;

@@ -113,6 +113,10 @@ async fn start_inner(
         .images
         .ensure(&ctx.objects, pod, c, s.sandbox_cfg)
         .await?;
+    let image_volumes = ctx
+        .images
+        .ensure_volumes(&ctx.objects, pod, c, s.sandbox_cfg)
+        .await?;
     let config_err = |message: String| StartError {
         reason: "CreateContainerConfigError".into(),
         message,
@@ -186,6 +190,7 @@ async fn start_inner(
         pod_ips: s.pod_ips,
         host_ip: ctx.settings.node_ip.as_deref().unwrap_or(""),
         volumes: s.volumes,
+        image_volumes: &image_volumes,
         termination_file: term,
         etc_hosts: hosts,
         image_ref: &img.image_ref,

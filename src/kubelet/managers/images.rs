@@ -4,6 +4,8 @@
 //! start. A failed pull is ErrImagePull and starts a back-off per
 //! (pod, image); pulls during the back-off are refused as ImagePullBackOff.
 //! Events: Pulling, Pulled (or "already present"), Failed, BackOff.
+//! Image volumes' images are pulled the same way, by their volume's
+//! policy, before the container that mounts them is created.
 
 use super::reasons::StartError;
 use crate::api::cri::PodSandboxConfig;
@@ -51,8 +53,63 @@ impl ImageManager {
         c: &Container,
         sandbox: &PodSandboxConfig,
     ) -> Result<ImageInfo, StartError> {
+        let image = c.image.clone().unwrap_or_default();
+        let policy = c.image_pull_policy.as_deref().unwrap_or("IfNotPresent");
+        self.ensure_image(objects, pod, &c.name, &image, policy, sandbox)
+            .await
+    }
+
+    /// The images of the image volumes `c` mounts, each by its volume's
+    /// pull policy (default: Always for `:latest` or no tag, else
+    /// IfNotPresent, as the API server defaults it): volume name → the
+    /// runtime's image ID, which CreateContainer's mount is given.
+    pub async fn ensure_volumes(
+        &self,
+        objects: &Objects,
+        pod: &Pod,
+        c: &Container,
+        sandbox: &PodSandboxConfig,
+    ) -> Result<std::collections::HashMap<String, String>, StartError> {
+        let mut out = std::collections::HashMap::new();
+        let volumes = pod.spec.as_ref().and_then(|s| s.volumes.as_ref());
+        for m in c.volume_mounts.iter().flatten() {
+            let Some(src) = volumes
+                .into_iter()
+                .flatten()
+                .find(|v| v.name == m.name)
+                .and_then(|v| v.image.as_ref())
+            else {
+                continue;
+            };
+            if out.contains_key(&m.name) {
+                continue;
+            }
+            let image = src.reference.clone().unwrap_or_default();
+            let policy = src
+                .pull_policy
+                .clone()
+                .unwrap_or_else(|| default_policy(&image).to_string());
+            let info = self
+                .ensure_image(objects, pod, &c.name, &image, &policy, sandbox)
+                .await?;
+            out.insert(m.name.clone(), info.image_ref);
+        }
+        Ok(out)
+    }
+
+    async fn ensure_image(
+        &self,
+        objects: &Objects,
+        pod: &Pod,
+        container: &str,
+        image: &str,
+        policy: &str,
+        sandbox: &PodSandboxConfig,
+    ) -> Result<ImageInfo, StartError> {
         let events = &self.events;
-        let r = self.ensure_inner(objects, pod, c, sandbox).await;
+        let r = self
+            .ensure_inner(objects, pod, container, image, policy, sandbox)
+            .await;
         if let Err(e) = &r {
             let (reason, message) = match e.reason.as_str() {
                 "ImagePullBackOff" => ("BackOff", e.message.clone()),
@@ -61,9 +118,9 @@ impl ImageManager {
                 _ => ("Failed", e.message.clone()),
             };
             let kind = if reason == "BackOff" { NORMAL } else { WARNING };
-            events.container(pod, &c.name, kind, reason, &message);
+            events.container(pod, container, kind, reason, &message);
             if e.reason == "ErrImagePull" {
-                events.container(pod, &c.name, WARNING, "Failed", "Error: ErrImagePull");
+                events.container(pod, container, WARNING, "Failed", "Error: ErrImagePull");
             }
         }
         r
@@ -73,13 +130,14 @@ impl ImageManager {
         &self,
         objects: &Objects,
         pod: &Pod,
-        c: &Container,
+        container: &str,
+        image: &str,
+        policy: &str,
         sandbox: &PodSandboxConfig,
     ) -> Result<ImageInfo, StartError> {
         let (cri, events) = (&self.cri, &self.events);
         let pod_uid = crate::kubelet::kit::defaults::uid(pod);
-        let image = c.image.clone().unwrap_or_default();
-        let policy = c.image_pull_policy.as_deref().unwrap_or("IfNotPresent");
+        let image = image.to_string();
         let present = cri.image_status(&image).await.map_err(|e| StartError {
             reason: "ImageInspectError".into(),
             message: format!("Failed to inspect image {image:?}: {e}"),
@@ -89,7 +147,7 @@ impl ImageManager {
             if policy != "Always" {
                 events.container(
                     pod,
-                    &c.name,
+                    container,
                     NORMAL,
                     "Pulled",
                     &format!("Container image {image:?} already present on machine"),
@@ -116,7 +174,7 @@ impl ImageManager {
         tracing::info!(image_ref = %image, pod_uid, "pulling image");
         events.container(
             pod,
-            &c.name,
+            container,
             NORMAL,
             "Pulling",
             &format!("Pulling image {image:?}"),
@@ -128,7 +186,7 @@ impl ImageManager {
                 self.backoff.reset(&key);
                 events.container(
                     pod,
-                    &c.name,
+                    container,
                     NORMAL,
                     "Pulled",
                     &format!(
@@ -166,6 +224,16 @@ impl ImageManager {
                 })
             }
         }
+    }
+}
+
+/// An image volume's pull policy when its volume gives none.
+fn default_policy(image: &str) -> &'static str {
+    let name = image.rsplit('/').next().unwrap_or(image);
+    if image.contains('@') || name.contains(':') && !name.ends_with(":latest") {
+        "IfNotPresent"
+    } else {
+        "Always"
     }
 }
 

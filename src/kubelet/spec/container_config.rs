@@ -22,6 +22,8 @@ pub struct Inputs<'a> {
     pub pod_ips: &'a [String],
     pub host_ip: &'a str,
     pub volumes: &'a HashMap<String, PathBuf>,
+    /// Image volumes: volume name → the runtime's ID of its pulled image.
+    pub image_volumes: &'a HashMap<String, String>,
     /// Volume-mount index → the bind of its subPath (`subpath.rs`).
     pub subpaths: &'a HashMap<usize, PathBuf>,
     pub termination_file: Option<PathBuf>,
@@ -170,6 +172,22 @@ pub fn mounts(c: &Container, inp: &Inputs) -> Vec<Mount> {
     let mut out = Vec::new();
     let mut has_hosts = false;
     for (i, m) in c.volume_mounts.iter().flatten().enumerate() {
+        // An image volume: the runtime mounts the image (read-only), or
+        // its subPath inside it, itself.
+        if let Some(image) = inp.image_volumes.get(&m.name) {
+            out.push(Mount {
+                container_path: m.mount_path.clone(),
+                image: Some(crate::api::cri::ImageSpec {
+                    image: image.clone(),
+                    ..Default::default()
+                }),
+                image_sub_path: m.sub_path.clone().unwrap_or_default(),
+                readonly: true,
+                propagation: propagation(m.mount_propagation.as_deref()),
+                ..Default::default()
+            });
+            continue;
+        }
         let Some(base) = inp.volumes.get(&m.name) else {
             continue;
         };
@@ -217,7 +235,7 @@ pub fn build(s: &Settings, pod: &Pod, c: &Container, init: bool, inp: &Inputs) -
     let envs = env(s, pod, c, inp);
     let env_map: HashMap<String, String> = envs
         .iter()
-        .map(|kv| (kv.key.clone(), kv.value.clone()))
+        .map(|kv| (kv.key.clone(), String::from_utf8_lossy(&kv.value).into_owned()))
         .collect();
     let ex = |v: &Option<Vec<String>>| {
         v.iter()
@@ -292,8 +310,21 @@ pub fn build(s: &Settings, pod: &Pod, c: &Container, init: bool, inp: &Inputs) -
             resources: Some(resources(s, pod, c)),
             security_context: Some(security(s, pod, c)),
         }),
+        stop_signal: stop_signal(c),
         ..Default::default()
     }
+}
+
+/// The container's `lifecycle.stopSignal` (`SIGUSR1`, `SIGRTMIN+1`) in the
+/// CRI's enum; unset or unknown: RUNTIME_DEFAULT (the image's, else
+/// SIGTERM). The API server admits only the enum's names.
+fn stop_signal(c: &Container) -> i32 {
+    c.lifecycle
+        .as_ref()
+        .and_then(|l| l.stop_signal.as_deref())
+        .map(|n| n.replacen('+', "PLUS", 1).replacen('-', "MINUS", 1))
+        .and_then(|n| crate::api::cri::Signal::from_str_name(&n))
+        .unwrap_or(crate::api::cri::Signal::RuntimeDefault) as i32
 }
 
 #[cfg(test)]
@@ -353,6 +384,7 @@ mod tests {
             pod_ips: &ips,
             host_ip: "",
             volumes: &vols,
+            image_volumes: &Default::default(),
             subpaths: &HashMap::new(),
             termination_file: None,
             etc_hosts: None,

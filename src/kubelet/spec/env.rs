@@ -221,7 +221,7 @@ pub fn env(s: &Settings, pod: &Pod, c: &Container, inp: &Inputs) -> Vec<KeyValue
         seen.insert(k.clone(), v.clone());
         out.push(KeyValue {
             key: k.clone(),
-            value: v.clone(),
+            value: v.clone().into_bytes(),
         });
     }
     // envFrom next; env entries override.
@@ -241,7 +241,10 @@ pub fn env(s: &Settings, pod: &Pod, c: &Container, inp: &Inputs) -> Vec<KeyValue
             let v = String::from_utf8_lossy(v).into_owned();
             seen.insert(key.clone(), v.clone());
             out.retain(|kv| kv.key != key);
-            out.push(KeyValue { key, value: v });
+            out.push(KeyValue {
+                key,
+                value: v.into_bytes(),
+            });
         }
     }
     for e in c.env.iter().flatten() {
@@ -264,7 +267,7 @@ pub fn env(s: &Settings, pod: &Pod, c: &Container, inp: &Inputs) -> Vec<KeyValue
         out.retain(|kv| kv.key != e.name);
         out.push(KeyValue {
             key: e.name.clone(),
-            value: v,
+            value: v.into_bytes(),
         });
     }
     out

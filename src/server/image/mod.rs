@@ -5,6 +5,7 @@ mod list;
 mod pull;
 mod remove;
 mod status;
+mod stream;
 
 use super::instrument::{observe, Op, State};
 use crate::api::cri::image_service_server::ImageService;
@@ -32,6 +33,15 @@ impl ImageService for Images {
             "ListImages",
             Op::Read,
             list::handle(&self.state, r.into_inner()),
+        )
+        .await
+    }
+    type StreamImagesStream = stream::Stream;
+    async fn stream_images(&self, r: Request<StreamImagesRequest>) -> Res<Self::StreamImagesStream> {
+        observe(
+            "StreamImages",
+            Op::Read,
+            stream::handle(&self.state, r.into_inner()),
         )
         .await
     }

@@ -2,13 +2,28 @@
 //! unknown id is NotFound. Also the CRI form shared by the other stats RPCs.
 
 use crate::api::cri::*;
-use crate::cgroup::Usage;
+use crate::cgroup::{Psi, Usage};
 use crate::container::stats::ContainerUsage;
 use crate::server::instrument::State;
 use tonic::Status;
 
 fn val(value: u64) -> Option<UInt64Value> {
     Some(UInt64Value { value })
+}
+
+/// A resource's pressure in CRI form: totals in ns (the kernel's are in
+/// µs), averages in percent, as cAdvisor and the peers report them.
+pub(super) fn psi_of(p: &Psi) -> PsiStats {
+    let data = |l: &crate::cgroup::usage::PsiLine| PsiData {
+        total: l.total_us.saturating_mul(1000),
+        avg10: l.avg10,
+        avg60: l.avg60,
+        avg300: l.avg300,
+    };
+    PsiStats {
+        full: Some(data(&p.full)),
+        some: Some(data(&p.some)),
+    }
 }
 
 /// CPU in CRI form (None when the cgroup has no CPU figures).
@@ -18,6 +33,17 @@ pub(super) fn cpu_of(u: &Usage, nano_cores: Option<u64>) -> Option<CpuUsage> {
         timestamp: u.timestamp,
         usage_core_nano_seconds: val(c.usage_ns),
         usage_nano_cores: nano_cores.and_then(val),
+        psi: u.pressure.map(|p| psi_of(&p.cpu)),
+    })
+}
+
+/// IO in CRI form: its pressure, the only IO figure the CRI carries
+/// (None where the kernel has none: v1, no io controller, PSI off).
+pub(super) fn io_of(u: &Usage) -> Option<IoUsage> {
+    let io = u.pressure?.io?;
+    Some(IoUsage {
+        timestamp: u.timestamp,
+        psi: Some(psi_of(&io)),
     })
 }
 
@@ -35,6 +61,7 @@ pub(super) fn memory_of(u: &Usage) -> Option<MemoryUsage> {
         rss_bytes: val(m.rss),
         page_faults: val(m.page_faults),
         major_page_faults: val(m.major_page_faults),
+        psi: u.pressure.and_then(|p| p.memory).map(|p| psi_of(&p)),
     })
 }
 
@@ -69,6 +96,7 @@ pub(super) fn to_cri(c: &ContainerUsage) -> ContainerStats {
                 swap_usage_bytes: val(m.swap?),
             })
         }),
+        io: c.cgroup.as_ref().and_then(io_of),
     }
 }
 

@@ -103,6 +103,9 @@ pub(super) fn status_of(r: &ContainerRecord, cfg: Option<&ContainerConfig>) -> C
         labels: r.labels.clone().into_iter().collect(),
         annotations: r.annotations.clone().into_iter().collect(),
         log_path: r.log_path.clone(),
+        // The signal StopContainer sends: the config's, else the image's,
+        // else SIGTERM (as containerd reports it).
+        stop_signal: crate::container::signal::to_cri(r.stop_signal) as i32,
         mounts: cfg.map(|c| c.mounts.clone()).unwrap_or_default(),
         resources: cfg
             .and_then(|c| c.linux.as_ref())

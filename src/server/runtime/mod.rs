@@ -10,8 +10,10 @@ mod container_reopen_log;
 mod container_start;
 mod container_stats;
 mod container_stats_list;
+mod container_stats_stream;
 mod container_status;
 mod container_stop;
+mod container_stream;
 mod container_update;
 mod exec;
 mod exec_sync;
@@ -21,12 +23,16 @@ mod runtime_config;
 mod runtime_config_update;
 mod sandbox_list;
 mod sandbox_metrics;
+mod sandbox_metrics_stream;
 mod sandbox_remove;
 mod sandbox_run;
 mod sandbox_stats;
 mod sandbox_stats_list;
+mod sandbox_stats_stream;
 mod sandbox_status;
 mod sandbox_stop;
+mod sandbox_stream;
+mod sandbox_update;
 mod status;
 mod version;
 
@@ -138,6 +144,29 @@ impl RuntimeService for Runtime {
         )
         .await
     }
+    type StreamPodSandboxesStream = sandbox_stream::Stream;
+    async fn stream_pod_sandboxes(
+        &self,
+        r: Request<StreamPodSandboxesRequest>,
+    ) -> Res<Self::StreamPodSandboxesStream> {
+        observe(
+            "StreamPodSandboxes",
+            Op::Read,
+            sandbox_stream::handle(&self.state, r.into_inner()),
+        )
+        .await
+    }
+    async fn update_pod_sandbox_resources(
+        &self,
+        r: Request<UpdatePodSandboxResourcesRequest>,
+    ) -> Res<UpdatePodSandboxResourcesResponse> {
+        observe(
+            "UpdatePodSandboxResources",
+            Op::Mutate,
+            sandbox_update::handle(&self.state, r.into_inner()),
+        )
+        .await
+    }
     async fn create_container(
         &self,
         r: Request<CreateContainerRequest>,
@@ -187,6 +216,18 @@ impl RuntimeService for Runtime {
             "ListContainers",
             Op::Read,
             container_list::handle(&self.state, r.into_inner()),
+        )
+        .await
+    }
+    type StreamContainersStream = container_stream::Stream;
+    async fn stream_containers(
+        &self,
+        r: Request<StreamContainersRequest>,
+    ) -> Res<Self::StreamContainersStream> {
+        observe(
+            "StreamContainers",
+            Op::Read,
+            container_stream::handle(&self.state, r.into_inner()),
         )
         .await
     }
@@ -277,6 +318,18 @@ impl RuntimeService for Runtime {
         )
         .await
     }
+    type StreamContainerStatsStream = container_stats_stream::Stream;
+    async fn stream_container_stats(
+        &self,
+        r: Request<StreamContainerStatsRequest>,
+    ) -> Res<Self::StreamContainerStatsStream> {
+        observe(
+            "StreamContainerStats",
+            Op::Read,
+            container_stats_stream::handle(&self.state, r.into_inner()),
+        )
+        .await
+    }
     async fn pod_sandbox_stats(
         &self,
         r: Request<PodSandboxStatsRequest>,
@@ -296,6 +349,18 @@ impl RuntimeService for Runtime {
             "ListPodSandboxStats",
             Op::Read,
             sandbox_stats_list::handle(&self.state, r.into_inner()),
+        )
+        .await
+    }
+    type StreamPodSandboxStatsStream = sandbox_stats_stream::Stream;
+    async fn stream_pod_sandbox_stats(
+        &self,
+        r: Request<StreamPodSandboxStatsRequest>,
+    ) -> Res<Self::StreamPodSandboxStatsStream> {
+        observe(
+            "StreamPodSandboxStats",
+            Op::Read,
+            sandbox_stats_stream::handle(&self.state, r.into_inner()),
         )
         .await
     }
@@ -349,6 +414,18 @@ impl RuntimeService for Runtime {
             "ListPodSandboxMetrics",
             Op::Read,
             sandbox_metrics::handle(&self.state, r.into_inner()),
+        )
+        .await
+    }
+    type StreamPodSandboxMetricsStream = sandbox_metrics_stream::Stream;
+    async fn stream_pod_sandbox_metrics(
+        &self,
+        r: Request<StreamPodSandboxMetricsRequest>,
+    ) -> Res<Self::StreamPodSandboxMetricsStream> {
+        observe(
+            "StreamPodSandboxMetrics",
+            Op::Read,
+            sandbox_metrics_stream::handle(&self.state, r.into_inner()),
         )
         .await
     }

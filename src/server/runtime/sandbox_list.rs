@@ -1,9 +1,36 @@
 //! ListPodSandbox with filters: id (or unique prefix), state, labels.
+//! The filter and the CRI form are shared with StreamPodSandboxes.
 
 use super::sandbox_status::{metadata, state_of};
 use crate::api::cri::*;
+use crate::sandbox::manager::SandboxRecord;
 use crate::server::instrument::State;
 use tonic::Status;
+
+/// Whether `r` passes the filter.
+pub(super) fn keep(f: &PodSandboxFilter, r: &SandboxRecord) -> bool {
+    (f.id.is_empty() || r.id.starts_with(&f.id))
+        && f.state
+            .as_ref()
+            .map(|s| s.state == state_of(r))
+            .unwrap_or(true)
+        && f.label_selector
+            .iter()
+            .all(|(k, v)| r.labels.get(k) == Some(v))
+}
+
+/// A pod in the list's form.
+pub(super) fn to_cri(r: &SandboxRecord) -> PodSandbox {
+    PodSandbox {
+        id: r.id.clone(),
+        metadata: Some(metadata(r)),
+        state: state_of(r),
+        created_at: r.created_at,
+        labels: r.labels.clone().into_iter().collect(),
+        annotations: r.annotations.clone().into_iter().collect(),
+        runtime_handler: r.runtime_handler.clone(),
+    }
+}
 
 pub async fn handle(
     state: &State,
@@ -13,28 +40,9 @@ pub async fn handle(
     let f = req.filter.unwrap_or_default();
     let items = sandboxes
         .list()
-        .into_iter()
-        .filter(|r| f.id.is_empty() || r.id.starts_with(&f.id))
-        .filter(|r| {
-            f.state
-                .as_ref()
-                .map(|s| s.state == state_of(r))
-                .unwrap_or(true)
-        })
-        .filter(|r| {
-            f.label_selector
-                .iter()
-                .all(|(k, v)| r.labels.get(k) == Some(v))
-        })
-        .map(|r| PodSandbox {
-            id: r.id.clone(),
-            metadata: Some(metadata(&r)),
-            state: state_of(&r),
-            created_at: r.created_at,
-            labels: r.labels.clone().into_iter().collect(),
-            annotations: r.annotations.clone().into_iter().collect(),
-            runtime_handler: r.runtime_handler.clone(),
-        })
+        .iter()
+        .filter(|r| keep(&f, r))
+        .map(to_cri)
         .collect();
     Ok(ListPodSandboxResponse { items })
 }

@@ -110,36 +110,23 @@ fn container_metrics(
         o.opt("container_processes", u.pids);
         if let Some(p) = u.pressure {
             let s = |us: u64| us / 1_000_000;
-            o.push(
-                "container_pressure_cpu_waiting_seconds_total",
-                &[],
-                s(p.cpu_some_us),
-            );
-            o.push(
-                "container_pressure_cpu_stalled_seconds_total",
-                &[],
-                s(p.cpu_full_us),
-            );
-            o.push(
-                "container_pressure_memory_waiting_seconds_total",
-                &[],
-                s(p.memory_some_us),
-            );
-            o.push(
-                "container_pressure_memory_stalled_seconds_total",
-                &[],
-                s(p.memory_full_us),
-            );
-            o.push(
-                "container_pressure_io_waiting_seconds_total",
-                &[],
-                s(p.io_some_us),
-            );
-            o.push(
-                "container_pressure_io_stalled_seconds_total",
-                &[],
-                s(p.io_full_us),
-            );
+            let none = crate::cgroup::usage::Psi::default();
+            for (name, psi) in [
+                ("cpu", p.cpu),
+                ("memory", p.memory.unwrap_or(none)),
+                ("io", p.io.unwrap_or(none)),
+            ] {
+                o.push(
+                    &format!("container_pressure_{name}_waiting_seconds_total"),
+                    &[],
+                    s(psi.some.total_us),
+                );
+                o.push(
+                    &format!("container_pressure_{name}_stalled_seconds_total"),
+                    &[],
+                    s(psi.full.total_us),
+                );
+            }
         }
     }
     let device = c.writable.mountpoint.display().to_string();
@@ -170,7 +157,7 @@ fn container_metrics(
     }
 }
 
-fn pod_metrics(
+pub(super) fn pod_metrics(
     s: &SandboxUsage,
     cfg_of: impl Fn(&str) -> Option<ContainerConfig>,
 ) -> PodSandboxMetrics {

@@ -15,12 +15,12 @@ pub async fn handle(
         .config
         .ok_or_else(|| Status::invalid_argument("config is required"))?;
     if !req.runtime_handler.is_empty()
-        && req.runtime_handler != "husk"
-        && req.runtime_handler != "runc"
+        && !crate::sandbox::RUNTIME_HANDLERS.contains(&req.runtime_handler.as_str())
     {
         return Err(Status::invalid_argument(format!(
-            "runtime handler {:?} is not configured (husk has one, the default)",
-            req.runtime_handler
+            "runtime handler {:?} is not configured (husk accepts {:?}, and \"\" for the default)",
+            req.runtime_handler,
+            crate::sandbox::RUNTIME_HANDLERS
         )));
     }
     let id = sandboxes.run(config, req.runtime_handler).await?;

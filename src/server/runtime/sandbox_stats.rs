@@ -2,7 +2,7 @@
 //! summed), its network counters per interface, and its containers' stats;
 //! an unknown id is NotFound.
 
-use super::container_stats::{cpu_of, memory_of, to_cri};
+use super::container_stats::{cpu_of, io_of, memory_of, to_cri};
 use super::sandbox_status::metadata;
 use crate::api::cri::*;
 use crate::container::stats::SandboxUsage;
@@ -39,6 +39,12 @@ pub(super) fn to_cri_pod(s: &SandboxUsage) -> PodSandboxStats {
             .map(iface)
             .collect(),
     });
+    // The pod's figures are its cgroups' sums; its pressure is its own
+    // cgroup's, read apart.
+    let cgroup = s.cgroup.clone().map(|mut u| {
+        u.pressure = s.pressure;
+        u
+    });
     PodSandboxStats {
         attributes: Some(PodSandboxAttributes {
             id: r.id.clone(),
@@ -47,8 +53,9 @@ pub(super) fn to_cri_pod(s: &SandboxUsage) -> PodSandboxStats {
             annotations: r.annotations.clone().into_iter().collect(),
         }),
         linux: Some(LinuxPodSandboxStats {
-            cpu: s.cgroup.as_ref().and_then(|u| cpu_of(u, s.nano_cores)),
-            memory: s.cgroup.as_ref().and_then(memory_of),
+            cpu: cgroup.as_ref().and_then(|u| cpu_of(u, s.nano_cores)),
+            memory: cgroup.as_ref().and_then(memory_of),
+            io: cgroup.as_ref().and_then(io_of),
             network,
             process: s.cgroup.as_ref().and_then(|u| {
                 Some(ProcessUsage {

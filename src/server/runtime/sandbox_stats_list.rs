@@ -1,10 +1,20 @@
 //! ListPodSandboxStats: every ready pod's stats, with filters: id (or
-//! prefix) and label selector.
+//! prefix) and label selector. The filter is shared with
+//! StreamPodSandboxStats.
 
 use super::sandbox_stats::to_cri_pod;
 use crate::api::cri::*;
+use crate::sandbox::manager::SandboxRecord;
 use crate::server::instrument::State;
 use tonic::Status;
+
+/// Whether `r` passes the filter.
+pub(super) fn keep(f: &PodSandboxStatsFilter, r: &SandboxRecord) -> bool {
+    (f.id.is_empty() || r.id.starts_with(&f.id))
+        && f.label_selector
+            .iter()
+            .all(|(k, v)| r.labels.get(k) == Some(v))
+}
 
 pub async fn handle(
     state: &State,
@@ -12,19 +22,9 @@ pub async fn handle(
 ) -> Result<ListPodSandboxStatsResponse, Status> {
     let containers = state.containers()?;
     let f = req.filter.unwrap_or_default();
-    let list = tokio::task::spawn_blocking(move || {
-        containers.sandbox_usages(
-            |r| {
-                (f.id.is_empty() || r.id.starts_with(&f.id))
-                    && f.label_selector
-                        .iter()
-                        .all(|(k, v)| r.labels.get(k) == Some(v))
-            },
-            true,
-        )
-    })
-    .await
-    .map_err(|e| Status::internal(format!("stats task: {e}")))?;
+    let list = tokio::task::spawn_blocking(move || containers.sandbox_usages(|r| keep(&f, r), true))
+        .await
+        .map_err(|e| Status::internal(format!("stats task: {e}")))?;
     Ok(ListPodSandboxStatsResponse {
         stats: list.iter().map(to_cri_pod).collect(),
     })

@@ -38,8 +38,20 @@ pub async fn handle(
         .ok_or_else(|| Status::not_found(format!("pod sandbox {id:?} not found")))?;
     let mut info = HashMap::new();
     if req.verbose {
+        // The pod-level resources UpdatePodSandboxResources recorded, in
+        // the OCI form.
+        let linux = sandboxes.saved_config(&id).linux.unwrap_or_default();
+        let oci = |r: Option<crate::api::cri::LinuxContainerResources>| {
+            r.map(|r| {
+                let mut v = serde_json::json!({});
+                crate::container::spec::set_resources(&mut v, &r);
+                v
+            })
+        };
         let v = serde_json::json!({
             "pid": r.pause_pid,
+            "overhead": oci(linux.overhead),
+            "resources": oci(linux.resources),
             "netNamespacePath": r.netns,
             "cgroupsPath": r.cgroups_path,
             "hostname": r.hostname,

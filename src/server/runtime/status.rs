@@ -1,7 +1,8 @@
 //! Status: the RuntimeReady and NetworkReady conditions, and the features
 //! husk has (recursive read-only mounts where the kernel has
 //! mount_setattr(2), SupplementalGroupsPolicy and ContainerUser; user
-//! namespaces where the root's filesystem and tmpfs can be idmapped).
+//! namespaces where the root's filesystem and tmpfs can be idmapped), for
+//! every handler name husk accepts.
 //!
 //! RuntimeReady is true once recovery is done. NetworkReady follows the CNI
 //! config dir: false with reason NetworkPluginNotReady while it holds no
@@ -30,6 +31,23 @@ pub fn has_cni_config(dir: &Path) -> bool {
             })
         })
         .unwrap_or(false)
+}
+
+/// One entry per handler name a pod may give (`""` the default among
+/// them): the kubelet looks a RuntimeClass's handler up by name. They
+/// are one path today, so their features are the same.
+fn handlers(state: &State) -> Vec<RuntimeHandler> {
+    let features = RuntimeHandlerFeatures {
+        recursive_read_only_mounts: crate::container::mounts::recursive_read_only_supported(),
+        user_namespaces: crate::idmap::Support::cached(&state.cfg.root).pods(),
+    };
+    std::iter::once("")
+        .chain(crate::sandbox::RUNTIME_HANDLERS)
+        .map(|name| RuntimeHandler {
+            name: name.to_string(),
+            features: Some(features),
+        })
+        .collect()
 }
 
 pub async fn handle(state: &State, req: StatusRequest) -> Result<StatusResponse, Status> {
@@ -76,16 +94,11 @@ pub async fn handle(state: &State, req: StatusRequest) -> Result<StatusResponse,
             conditions: vec![runtime, network],
         }),
         info,
-        runtime_handlers: vec![RuntimeHandler {
-            name: String::new(),
-            features: Some(RuntimeHandlerFeatures {
-                recursive_read_only_mounts: crate::container::mounts::recursive_read_only_supported(
-                ),
-                user_namespaces: crate::idmap::Support::cached(&state.cfg.root).pods(),
-            }),
-        }],
+        runtime_handlers: handlers(state),
+        // hostUsers: false with hostNetwork is refused (sandbox/userns.rs).
         features: Some(RuntimeFeatures {
             supplemental_groups_policy: true,
+            user_namespaces_host_network: false,
         }),
     })
 }
