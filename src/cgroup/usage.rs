@@ -335,7 +335,10 @@ mod tests {
             (1500, 700, 0.0)
         );
         let m = p.memory.expect("memory pressure");
-        assert_eq!((m.some.total_us, m.some.avg10, m.full.total_us), (42, 1.0, 0));
+        assert_eq!(
+            (m.some.total_us, m.some.avg10, m.full.total_us),
+            (42, 1.0, 0)
+        );
         assert_eq!(p.io, None, "no io.pressure file");
         std::fs::remove_file(d.path().join("cpu.pressure")).expect("rm");
         assert_eq!(v2_pressure(d.path()), None, "no PSI in this kernel");

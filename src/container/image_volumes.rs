@@ -55,7 +55,9 @@ pub fn resolve(images: &ImageManager, c: &ContainerConfig) -> Result<Vec<Volume>
             )));
         }
         if spec.image.trim().is_empty() && spec.image_ref.is_empty() {
-            return Err(SandboxError::Invalid(format!("{what}: image.image is required")));
+            return Err(SandboxError::Invalid(format!(
+                "{what}: image.image is required"
+            )));
         }
         check_sub_path(&m.image_sub_path).map_err(|SpecError(e)| {
             SandboxError::Invalid(format!("{what}: image_sub_path {:?} {e}", m.image_sub_path))
@@ -96,7 +98,9 @@ fn check_sub_path(sub: &str) -> Result<(), SpecError> {
         .components()
         .any(|c| matches!(c, Component::ParentDir))
     {
-        return Err(SpecError("must not contain '..' (it would climb out of the image)".into()));
+        return Err(SpecError(
+            "must not contain '..' (it would climb out of the image)".into(),
+        ));
     }
     Ok(())
 }
@@ -129,12 +133,19 @@ pub fn mount_all(
 }
 
 /// The image's layers at `target`, read-only.
-fn mount_image(images: &ImageManager, image: &ImageRecord, target: &Path) -> Result<(), SandboxError> {
+fn mount_image(
+    images: &ImageManager,
+    image: &ImageRecord,
+    target: &Path,
+) -> Result<(), SandboxError> {
     let mut lowers = images.layer_dirs(image)?;
     lowers.reverse();
     let io = |what: &'static str| move |e: Errno| SandboxError::io(what)(e.into());
     match lowers.as_slice() {
-        [] => Err(SandboxError::Invalid(format!("image {} has no layers", image.id))),
+        [] => Err(SandboxError::Invalid(format!(
+            "image {} has no layers",
+            image.id
+        ))),
         [one] => {
             rustix::mount::mount_bind(one, target).map_err(io("bind an image volume"))?;
             rustix::mount::mount_remount(target, MountFlags::BIND | MountFlags::RDONLY, "")
@@ -144,8 +155,14 @@ fn mount_image(images: &ImageManager, image: &ImageRecord, target: &Path) -> Res
             let lower: Vec<String> = many.iter().map(|p| p.display().to_string()).collect();
             let data = CString::new(format!("lowerdir={}", lower.join(":")))
                 .map_err(|e| SandboxError::Invalid(e.to_string()))?;
-            rustix::mount::mount("overlay", target, "overlay", MountFlags::RDONLY, data.as_c_str())
-                .map_err(io("mount an image volume"))
+            rustix::mount::mount(
+                "overlay",
+                target,
+                "overlay",
+                MountFlags::RDONLY,
+                data.as_c_str(),
+            )
+            .map_err(io("mount an image volume"))
         }
     }
 }
@@ -154,8 +171,12 @@ fn mount_image(images: &ImageManager, image: &ImageRecord, target: &Path) -> Res
 /// the path it names.
 fn beneath(root: &Path, sub: &str) -> Result<PathBuf, String> {
     let sub = if sub.is_empty() { "." } else { sub };
-    let dir = rustix::fs::open(root, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
-        .map_err(|e| format!("cannot be opened: {e}"))?;
+    let dir = rustix::fs::open(
+        root,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| format!("cannot be opened: {e}"))?;
     let fd = rustix::fs::openat2(
         &dir,
         sub,
@@ -195,10 +216,20 @@ mod tests {
         std::os::unix::fs::symlink("../../..", root.join("data/escape")).expect("symlink");
         std::os::unix::fs::symlink("sub", root.join("data/inside")).expect("symlink");
         std::os::unix::fs::symlink("/etc", root.join("data/abs")).expect("symlink");
-        assert_eq!(beneath(&root, "data/inside").expect("inside"), root.join("data/sub"));
+        assert_eq!(
+            beneath(&root, "data/inside").expect("inside"),
+            root.join("data/sub")
+        );
         assert_eq!(beneath(&root, "").expect("root"), root);
-        assert!(beneath(&root, "data/escape").expect_err("out").contains("leaves the image"));
-        assert!(beneath(&root, "data/abs").expect_err("abs").contains("leaves the image"));
-        assert_eq!(beneath(&root, "missing").expect_err("missing"), "does not exist");
+        assert!(beneath(&root, "data/escape")
+            .expect_err("out")
+            .contains("leaves the image"));
+        assert!(beneath(&root, "data/abs")
+            .expect_err("abs")
+            .contains("leaves the image"));
+        assert_eq!(
+            beneath(&root, "missing").expect_err("missing"),
+            "does not exist"
+        );
     }
 }

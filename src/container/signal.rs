@@ -58,7 +58,11 @@ pub fn parse_signal(s: &str) -> Option<i32> {
         return Some(n);
     }
     let rt = |base: i32, rest: &str, sign: i32| {
-        let k: i32 = if rest.is_empty() { 0 } else { rest.parse().ok()? };
+        let k: i32 = if rest.is_empty() {
+            0
+        } else {
+            rest.parse().ok()?
+        };
         let n = base + sign * k;
         (RTMIN..=RTMAX).contains(&n).then_some(n)
     };
@@ -78,7 +82,10 @@ pub fn from_cri(value: i32) -> Result<Option<i32>, String> {
     if s == Signal::RuntimeDefault {
         return Ok(None);
     }
-    let name = s.as_str_name().replacen("PLUS", "+", 1).replacen("MINUS", "-", 1);
+    let name = s
+        .as_str_name()
+        .replacen("PLUS", "+", 1)
+        .replacen("MINUS", "-", 1);
     parse_signal(&name)
         .map(Some)
         .ok_or_else(|| format!("unknown stop signal {name}"))

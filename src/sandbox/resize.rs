@@ -42,7 +42,9 @@ impl SandboxManager {
         }
         let _lock = self.locks.lock(id).await;
         if self.get(id).is_none() {
-            return Err(SandboxError::NotFound(format!("pod sandbox {id} not found")));
+            return Err(SandboxError::NotFound(format!(
+                "pod sandbox {id} not found"
+            )));
         }
         let mut cfg = self.saved_config(id);
         let linux = cfg.linux.get_or_insert_with(Default::default);

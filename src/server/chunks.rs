@@ -28,7 +28,10 @@ pub const MAX_BYTES: usize = 1 << 20;
 
 /// Streams the items `make` yields, `wrap`ped into responses of bounded
 /// size. `make` runs on a blocking thread (it may read cgroup files).
-pub fn stream<T, I, R>(make: impl FnOnce() -> I + Send + 'static, wrap: fn(Vec<T>) -> R) -> ListStream<R>
+pub fn stream<T, I, R>(
+    make: impl FnOnce() -> I + Send + 'static,
+    wrap: fn(Vec<T>) -> R,
+) -> ListStream<R>
 where
     T: prost::Message + Send + 'static,
     I: Iterator<Item = T>,
@@ -79,7 +82,14 @@ mod tests {
 
     #[tokio::test]
     async fn every_item_once_in_bounded_chunks() {
-        for (n, pad) in [(0, 0), (1, 0), (499, 0), (500, 0), (10_001, 0), (50, 300_000)] {
+        for (n, pad) in [
+            (0, 0),
+            (1, 0),
+            (499, 0),
+            (500, 0),
+            (10_001, 0),
+            (50, 300_000),
+        ] {
             let s = stream(move || (0..n).map(move |i| pod(i, pad)), wrap);
             let chunks: Vec<_> = s.map(|r| r.expect("chunk").pod_sandboxes).collect().await;
             let ids: Vec<String> = chunks.iter().flatten().map(|p| p.id.clone()).collect();
@@ -95,7 +105,10 @@ mod tests {
     #[tokio::test]
     async fn an_oversized_item_goes_alone() {
         let s = stream(|| (0..3).map(|i| pod(i, MAX_BYTES + 10)), wrap);
-        let sizes: Vec<usize> = s.map(|r| r.expect("chunk").pod_sandboxes.len()).collect().await;
+        let sizes: Vec<usize> = s
+            .map(|r| r.expect("chunk").pod_sandboxes.len())
+            .collect()
+            .await;
         assert_eq!(sizes, vec![1, 1, 1]);
     }
 

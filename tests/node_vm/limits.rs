@@ -169,7 +169,36 @@ async fn guest_limits_devices_updates_and_stats() {
     let m = s.memory.unwrap();
     let v = |x: &Option<UInt64Value>| x.as_ref().map(|v| v.value).unwrap_or(0);
     assert!(v(&m.working_set_bytes) > 0 && v(&m.usage_bytes) >= v(&m.working_set_bytes));
-    assert!(v(&s.cpu.unwrap().usage_core_nano_seconds) > 0);
+    let cpu = s.cpu.unwrap();
+    assert!(v(&cpu.usage_core_nano_seconds) > 0);
+    // PSI as the kernel has it (cri-api 0.36): totals in ns, the same
+    // figures as the container's own pressure files (µs), which only grow.
+    let ctr_dir = v2_dir(&format!("{parent}/{id}"));
+    if ctr_dir.join("cpu.pressure").exists() {
+        let file_total = |f: &str, kind: &str| -> u64 {
+            read(&ctr_dir.join(f))
+                .lines()
+                .find(|l| l.starts_with(kind))
+                .and_then(|l| l.split_whitespace().find_map(|x| x.strip_prefix("total=")))
+                .unwrap()
+                .parse()
+                .unwrap()
+        };
+        for (what, psi, file) in [
+            ("cpu", cpu.psi, "cpu.pressure"),
+            ("memory", m.psi, "memory.pressure"),
+            ("io", s.io.and_then(|i| i.psi), "io.pressure"),
+        ] {
+            let psi = psi.unwrap_or_else(|| panic!("{what} PSI missing: {s:?}"));
+            let some = psi.some.unwrap();
+            let after = file_total(file, "some ");
+            assert!(
+                some.total <= after * 1000 && (some.avg10 >= 0.0 && some.avg10 <= 100.0),
+                "{what}: {some:?} vs {after} µs"
+            );
+            assert!(psi.full.is_some(), "{what}: no full line");
+        }
+    }
     let ps = rt
         .pod_sandbox_stats(PodSandboxStatsRequest {
             pod_sandbox_id: pod.clone(),
@@ -179,7 +208,13 @@ async fn guest_limits_devices_updates_and_stats() {
         .into_inner()
         .stats
         .unwrap();
-    assert!(v(&ps.linux.unwrap().memory.unwrap().working_set_bytes) > 0);
+    let pl = ps.linux.unwrap();
+    assert!(v(&pl.memory.as_ref().unwrap().working_set_bytes) > 0);
+    // The pod's pressure is its own cgroup's (its parent), read apart.
+    if v2_dir(&parent).join("cpu.pressure").exists() {
+        assert!(pl.cpu.unwrap().psi.is_some(), "pod CPU PSI");
+        assert!(pl.memory.unwrap().psi.is_some(), "pod memory PSI");
+    }
     let metrics = rt
         .list_pod_sandbox_metrics(ListPodSandboxMetricsRequest {})
         .await

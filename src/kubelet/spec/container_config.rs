@@ -235,7 +235,12 @@ pub fn build(s: &Settings, pod: &Pod, c: &Container, init: bool, inp: &Inputs) -
     let envs = env(s, pod, c, inp);
     let env_map: HashMap<String, String> = envs
         .iter()
-        .map(|kv| (kv.key.clone(), String::from_utf8_lossy(&kv.value).into_owned()))
+        .map(|kv| {
+            (
+                kv.key.clone(),
+                String::from_utf8_lossy(&kv.value).into_owned(),
+            )
+        })
         .collect();
     let ex = |v: &Option<Vec<String>>| {
         v.iter()
@@ -400,7 +405,7 @@ mod tests {
         let env: HashMap<_, _> = cfg
             .envs
             .iter()
-            .map(|k| (k.key.as_str(), k.value.as_str()))
+            .map(|k| (k.key.as_str(), std::str::from_utf8(&k.value).unwrap()))
             .collect();
         assert_eq!(env["BOTH"], "a@10.1.2.3");
         assert_eq!(env["MEM"], "2048");

@@ -37,7 +37,10 @@ impl ImageService for Images {
         .await
     }
     type StreamImagesStream = stream::Stream;
-    async fn stream_images(&self, r: Request<StreamImagesRequest>) -> Res<Self::StreamImagesStream> {
+    async fn stream_images(
+        &self,
+        r: Request<StreamImagesRequest>,
+    ) -> Res<Self::StreamImagesStream> {
         observe(
             "StreamImages",
             Op::Read,

@@ -17,11 +17,10 @@ pub async fn handle(state: &State, req: StreamContainerStatsRequest) -> Result<S
     Ok(stream(
         move || {
             let ids = containers.ids();
-            ids.into_iter()
-                .filter_map(move |id| {
-                    let r = containers.get(&id).filter(|r| keep(&f, r))?;
-                    Some(to_cri(&containers.usage(r)))
-                })
+            ids.into_iter().filter_map(move |id| {
+                let r = containers.get(&id).filter(|r| keep(&f, r))?;
+                Some(to_cri(&containers.usage(r)))
+            })
         },
         |container_stats| StreamContainerStatsResponse { container_stats },
     ))

@@ -22,9 +22,10 @@ pub async fn handle(
 ) -> Result<ListPodSandboxStatsResponse, Status> {
     let containers = state.containers()?;
     let f = req.filter.unwrap_or_default();
-    let list = tokio::task::spawn_blocking(move || containers.sandbox_usages(|r| keep(&f, r), true))
-        .await
-        .map_err(|e| Status::internal(format!("stats task: {e}")))?;
+    let list =
+        tokio::task::spawn_blocking(move || containers.sandbox_usages(|r| keep(&f, r), true))
+            .await
+            .map_err(|e| Status::internal(format!("stats task: {e}")))?;
     Ok(ListPodSandboxStatsResponse {
         stats: list.iter().map(to_cri_pod).collect(),
     })

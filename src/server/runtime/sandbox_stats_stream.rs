@@ -23,7 +23,10 @@ pub async fn handle(state: &State, req: StreamPodSandboxStatsRequest) -> Result<
                 let r = sandboxes
                     .get(&id)
                     .filter(|r| r.state == SandboxState::Ready && keep(&f, r))?;
-                containers.sandbox_usage(&r.id, true).ok().map(|u| to_cri_pod(&u))
+                containers
+                    .sandbox_usage(&r.id, true)
+                    .ok()
+                    .map(|u| to_cri_pod(&u))
             })
         },
         |pod_sandbox_stats| StreamPodSandboxStatsResponse { pod_sandbox_stats },
