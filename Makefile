@@ -15,7 +15,7 @@ package: build
 # real kernel mounts) and a bounded run of every fuzz target. As root.
 test: setup
 	cargo test --all-targets
-	FUZZ_SECONDS=$${FUZZ_SECONDS:-10} bash packaging/fuzz.sh
+	FUZZ_DEV=$${FUZZ_DEV:-1} FUZZ_SECONDS=$${FUZZ_SECONDS:-10} bash packaging/fuzz.sh
 
 # The node VMs alone (also part of `make test`): Debian's stock kernel
 # under qemu as a cgroup v2 node, and as one with systemd as PID 1,

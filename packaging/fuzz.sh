@@ -10,6 +10,12 @@ cd "$(dirname "$0")/.."
 secs=${FUZZ_SECONDS:-20}
 dir=tests/fuzz
 flags=(--fuzz-dir "$dir" --sanitizer none)
+# FUZZ_DEV=1 (what `make test` uses): an unoptimised build with the same
+# debug assertions, built in about half the time; each target then runs
+# fewer inputs in its bounded time. Long fuzzing wants the default.
+if [ "${FUZZ_DEV:-0}" = 1 ]; then
+  flags+=(--dev)
+fi
 # The fuzz targets are ordinary (dynamic, PIE) builds: cargo fuzz sets its
 # own RUSTFLAGS, so the static flags of .cargo/config.toml do not apply,
 # and libseccomp is linked as the shared library.
