@@ -6,7 +6,7 @@
 //! (names, required fields, duplicate names and ports, quantities, probe
 //! and handler shapes) and refuse, clearly, what husk's kubelet does not
 //! provide (volume types other than emptyDir, hostPath, secret, configMap,
-//! projected and downwardAPI; gRPC probes; `hostUsers: false`).
+//! projected, downwardAPI and image; gRPC probes; `hostUsers: false`).
 
 use crate::kubelet::kit::defaults;
 use crate::kubelet::kit::quantity;
@@ -196,6 +196,16 @@ fn volume(c: &mut Check, at: &str, v: &k8s_openapi::api::core::v1::Volume) {
             c.bad(format!("{at}.configMap.name: Required value"));
         }
     } else if v.downward_api.is_some() {
+    } else if let Some(i) = &v.image {
+        // An image volume: the runtime mounts the image the kubelet pulls.
+        if i.reference.as_deref().unwrap_or("").trim().is_empty() {
+            c.bad(format!("{at}.image.reference: Required value"));
+        }
+        if let Some(p) = i.pull_policy.as_deref() {
+            if !matches!(p, "Always" | "IfNotPresent" | "Never") {
+                c.bad(format!("{at}.image.pullPolicy: Unsupported value {p:?}"));
+            }
+        }
     } else if let Some(p) = &v.projected {
         for (j, src) in p.sources.iter().flatten().enumerate() {
             let known = src.service_account_token.is_some()
@@ -217,7 +227,7 @@ fn volume(c: &mut Check, at: &str, v: &k8s_openapi::api::core::v1::Volume) {
             })
             .unwrap_or_else(|| "none".into());
         c.no(format!(
-            "{at}: volume type {kind:?} is not supported (emptyDir, hostPath, secret, configMap, projected and downwardAPI are)"
+            "{at}: volume type {kind:?} is not supported (emptyDir, hostPath, secret, configMap, projected, downwardAPI and image are)"
         ));
     }
 }
