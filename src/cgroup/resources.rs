@@ -29,8 +29,13 @@ pub enum ResourceError {
     Invalid(String),
     #[error("cgroup {path} of the container does not exist")]
     NoCgroup { path: PathBuf },
-    #[error("memory limit {limit} bytes is below the container's working set of {working_set} bytes: the kernel would OOM-kill it")]
-    BelowUsage { limit: u64, working_set: u64 },
+    #[error("memory limit {limit} bytes is below the {what}'s working set of {working_set} bytes: the kernel would OOM-kill it")]
+    BelowUsage {
+        /// "container" or "pod".
+        what: &'static str,
+        limit: u64,
+        working_set: u64,
+    },
     #[error("{0}")]
     Systemd(String),
     #[error("write {value:?} to {path}: {source}")]
@@ -267,6 +272,7 @@ pub fn check_memory_limit(
     if let Some(m) = super::usage(layout, path).and_then(|u| u.memory) {
         if (r.memory_limit_in_bytes as u64) < m.working_set {
             return Err(ResourceError::BelowUsage {
+                what: "container",
                 limit: r.memory_limit_in_bytes as u64,
                 working_set: m.working_set,
             });

@@ -34,6 +34,7 @@ impl SandboxManager {
         if let (Some(r), Some(ws)) = (&resources, working_set) {
             if r.memory_limit_in_bytes > 0 && (r.memory_limit_in_bytes as u64) < ws {
                 return Err(ResourceError::BelowUsage {
+                    what: "pod",
                     limit: r.memory_limit_in_bytes as u64,
                     working_set: ws,
                 }
