@@ -685,3 +685,118 @@ async fn status_names_every_handler_with_its_features() {
     assert_eq!(e.code(), Code::InvalidArgument);
     assert!(e.message().contains("\"husk\", \"runc\""), "{e:?}");
 }
+
+/// The server's resident set, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap()
+}
+
+/// Runs `f`, sampling the server's RSS every millisecond: (ms, the most
+/// it grew in KiB).
+async fn measured<F: std::future::Future<Output = usize>>(pid: u32, f: F) -> (f64, u64, usize) {
+    let base = rss_kib(pid);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let s = stop.clone();
+    let peak = std::thread::spawn(move || {
+        let mut most = 0;
+        while !s.load(std::sync::atomic::Ordering::Relaxed) {
+            most = most.max(rss_kib(pid));
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        most
+    });
+    let t = std::time::Instant::now();
+    let n = f.await;
+    let ms = t.elapsed().as_secs_f64() * 1000.0;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    (ms, peak.join().unwrap().saturating_sub(base), n)
+}
+
+/// A benchmark, run by hand (`HUSK_BENCH_RECORDS=10000 cargo test --test
+/// cri_136 -- --ignored --nocapture`): ListImages against StreamImages
+/// over that many images: the best time of 5 calls, the most the server's
+/// RSS grew during one.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "a benchmark"]
+async fn stream_lists_bench() {
+    let n: usize = std::env::var("HUSK_BENCH_RECORDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000);
+    let p = pod::setup(vec![]).await;
+    let push = Pusher::new(&p.reg);
+    let layer = Layer::new(
+        &[Entry::File("f".into(), b"x".to_vec(), 0o644)],
+        Compression::Gzip,
+    );
+    let t = std::time::Instant::now();
+    for i in 0..n {
+        let img = common::images::Image::with_config(
+            vec![layer.clone()],
+            "amd64",
+            serde_json::json!({"Env": [format!("N={i}")], "Labels": {"pad": "x".repeat(200)}}),
+        );
+        push.image("many/img", &format!("t{i}"), &img, Format::Oci)
+            .await;
+        p.h.pull(&format!("{}/many/img:t{i}", p.reg.host()))
+            .await
+            .unwrap();
+    }
+    eprintln!("{n} images made in {:.0} s", t.elapsed().as_secs_f64());
+    let pid = p.h.pid();
+    let mut im = p.h.images().await;
+    im = im.max_decoding_message_size(256 << 20);
+    let (mut unary, mut stream) = (Vec::new(), Vec::new());
+    for _ in 0..5 {
+        let mut c = im.clone();
+        unary.push(
+            measured(pid, async move {
+                c.list_images(ListImagesRequest::default())
+                    .await
+                    .unwrap()
+                    .into_inner()
+                    .images
+                    .len()
+            })
+            .await,
+        );
+        let mut c = im.clone();
+        stream.push(
+            measured(pid, async move {
+                let mut s = c
+                    .stream_images(StreamImagesRequest::default())
+                    .await
+                    .unwrap()
+                    .into_inner();
+                let mut total = 0;
+                while let Some(r) = s.message().await.unwrap() {
+                    total += r.images.len();
+                }
+                total
+            })
+            .await,
+        );
+    }
+    let best = |v: &[(f64, u64, usize)]| {
+        let ms = v.iter().map(|x| x.0).fold(f64::MAX, f64::min);
+        // Growth shows on the first calls only (the allocator keeps what
+        // it got): the most of the five.
+        let kib = v.iter().map(|x| x.1).max().unwrap();
+        (ms, kib, v[0].2)
+    };
+    let (u, s) = (best(&unary), best(&stream));
+    eprintln!(
+        "ListImages:   {} images in {:.1} ms, RSS +{} KiB",
+        u.2, u.0, u.1
+    );
+    eprintln!(
+        "StreamImages: {} images in {:.1} ms, RSS +{} KiB",
+        s.2, s.0, s.1
+    );
+    assert_eq!(u.2, s.2);
+}
