@@ -11,8 +11,9 @@ secs=${FUZZ_SECONDS:-20}
 dir=tests/fuzz
 flags=(--fuzz-dir "$dir" --sanitizer none)
 # FUZZ_DEV=1 (what `make test` uses): an unoptimised build with the same
-# debug assertions, built in about half the time; each target then runs
-# fewer inputs in its bounded time. Long fuzzing wants the default.
+# debug assertions, without the optimised single-unit codegen of the
+# default; each target then runs fewer inputs in its bounded time. Long
+# fuzzing wants the default.
 if [ "${FUZZ_DEV:-0}" = 1 ]; then
   flags+=(--dev)
 fi
