@@ -36,6 +36,23 @@ pub struct Config {
     pub cni: CniConfig,
     pub cgroup: CgroupConfig,
     pub streaming: StreamingConfig,
+    pub cdi: CdiConfig,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct CdiConfig {
+    /// Where CDI spec files (`*.json`, `*.yaml`) are read, lowest
+    /// priority first: a device a later dir defines wins.
+    pub spec_dirs: Vec<PathBuf>,
+}
+
+impl Default for CdiConfig {
+    fn default() -> Self {
+        CdiConfig {
+            spec_dirs: crate::cdi::default_dirs(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -104,6 +121,7 @@ impl Default for Config {
             cni: CniConfig::default(),
             cgroup: CgroupConfig::default(),
             streaming: StreamingConfig::default(),
+            cdi: CdiConfig::default(),
         }
     }
 }

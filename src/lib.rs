@@ -6,6 +6,7 @@
 
 pub mod api;
 pub mod bench;
+pub mod cdi;
 pub mod cgroup;
 pub mod cli;
 pub mod config;

@@ -40,6 +40,10 @@ struct ServeFlags {
     /// CNI plugin directories, colon-separated [default: /opt/cni/bin:/usr/lib/cni].
     #[arg(long)]
     cni_bin_dir: Option<String>,
+    /// CDI spec directories, colon-separated, lowest priority first
+    /// [default: /etc/cdi:/var/run/cdi].
+    #[arg(long)]
+    cdi_spec_dirs: Option<String>,
     /// Seconds a blob download may make no progress [default: 60].
     #[arg(long)]
     registry_stall_timeout: Option<u64>,
@@ -294,6 +298,13 @@ fn load_config(f: &ServeFlags) -> Result<Config, husk::config::ConfigError> {
     }
     if let Some(v) = &f.cni_bin_dir {
         c.cni.bin_dirs = v
+            .split(':')
+            .filter(|s| !s.is_empty())
+            .map(PathBuf::from)
+            .collect();
+    }
+    if let Some(v) = &f.cdi_spec_dirs {
+        c.cdi.spec_dirs = v
             .split(':')
             .filter(|s| !s.is_empty())
             .map(PathBuf::from)

@@ -24,6 +24,8 @@ struct Found {
     volumes: Vec<super::image_volumes::Volume>,
     /// The config's stop signal; None: the image's, or SIGTERM.
     stop_signal: Option<i32>,
+    /// The CDI devices asked for, resolved.
+    devices: Vec<crate::cdi::Found>,
 }
 
 impl ContainerManager {
@@ -61,6 +63,10 @@ impl ContainerManager {
         })?;
         let stop_signal = super::signal::from_cri(c.stop_signal).map_err(SandboxError::Invalid)?;
         let volumes = super::image_volumes::resolve(&self.images, &c)?;
+        // CDI devices resolved before anything is made: never a container
+        // without a device it asked for.
+        let devices = crate::cdi::resolve(&self.cdi_dirs, &crate::cdi::requested(&c))
+            .map_err(SandboxError::Invalid)?;
         let id = format!("{:032x}", rand::random::<u128>());
         let name = format!("{}_{}_{}", md.name, sandbox_id, md.attempt);
         {
@@ -79,6 +85,7 @@ impl ContainerManager {
             image,
             volumes,
             stop_signal,
+            devices,
         };
         let r = tokio::task::spawn_blocking(move || this.create_blocking(&id2, &sid, &c, &found))
             .await
@@ -257,6 +264,7 @@ impl ContainerManager {
         }
         let mut spec = spec::build(id, &c, &img, &who, &ctx)
             .map_err(|SpecError(m)| SandboxError::Invalid(m))?;
+        crate::cdi::apply(&mut spec, &found.devices).map_err(SandboxError::Invalid)?;
         if let Some(u) = &pod.userns {
             crate::sandbox::spec::user_namespace(&mut spec, u);
         }

@@ -85,6 +85,8 @@ pub struct ContainerManager {
     pub(super) events: Emitter,
     pub(super) exits: super::exits::ExitWatch,
     pub(super) cpu_samples: super::stats::CpuSamples,
+    /// Where CDI specs are read, lowest priority first (`cdi/`).
+    pub(super) cdi_dirs: Vec<PathBuf>,
 }
 
 pub(super) fn err(e: impl std::fmt::Display) -> SandboxError {
@@ -145,6 +147,7 @@ impl ContainerManager {
             events,
             exits: super::exits::ExitWatch::new(),
             cpu_samples: Default::default(),
+            cdi_dirs: crate::cdi::default_dirs(),
         };
         for dir in unfinished {
             let id = dir
@@ -254,6 +257,12 @@ impl ContainerManager {
     fn oom_killed(&self, r: &ContainerRecord) -> bool {
         crate::cgroup::oom_kills(crate::cgroup::Layout::host(), &r.cgroups_path)
             .is_some_and(|n| n > 0)
+    }
+
+    /// Reads CDI specs from `dirs` (lowest priority first).
+    pub fn with_cdi_dirs(mut self, dirs: Vec<PathBuf>) -> Self {
+        self.cdi_dirs = dirs;
+        self
     }
 
     /// A container that mounts image `image_id` as a volume, if any.

@@ -146,6 +146,7 @@ pub async fn serve(cfg: Config) -> anyhow::Result<()> {
         exe: sealed_exe(&cfg)?,
     };
     let root = cfg.root.clone();
+    let cdi_dirs = cfg.cdi.spec_dirs.clone();
     let (emitter, raw_events) = crate::events::channel();
     let (failed_tx, failed_rx) = tokio::sync::oneshot::channel::<anyhow::Error>();
     tokio::spawn(async move {
@@ -160,7 +161,8 @@ pub async fn serve(cfg: Config) -> anyhow::Result<()> {
                 sandboxes.clone(),
                 emitter,
             )
-            .context("recover containers")?;
+            .context("recover containers")?
+            .with_cdi_dirs(cdi_dirs);
             let containers = Arc::new(containers);
             containers.watch_exits();
             recover.set_containers(containers);
