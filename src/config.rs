@@ -287,6 +287,12 @@ impl Config {
             .iter()
             .map(|p| format!("{:?}", p.display().to_string()))
             .collect();
+        let cdi: Vec<String> = d
+            .cdi
+            .spec_dirs
+            .iter()
+            .map(|p| format!("{:?}", p.display().to_string()))
+            .collect();
         format!(
             r#"# husk configuration. Every key is optional; command-line flags override it.
 
@@ -337,6 +343,12 @@ tls_cert = {tls_cert:?}
 tls_key = {tls_key:?}
 # Seconds a streaming URL may wait to be used (it is used once).
 token_ttl_secs = {ttl}
+
+[cdi]
+# CDI spec files (*.json, *.yaml, *.yml) describing the devices containers
+# ask for by cdi_devices or cdi.k8s.io/ annotations, lowest priority first:
+# a device a later dir defines overrides an earlier one's.
+spec_dirs = [{cdi}]
 "#,
             root = d.root.display().to_string(),
             state = d.state.display().to_string(),
@@ -355,6 +367,7 @@ token_ttl_secs = {ttl}
             ttl = d.streaming.token_ttl_secs,
             tls_cert = d.streaming.tls_cert,
             tls_key = d.streaming.tls_key,
+            cdi = cdi.join(", "),
         )
     }
 }

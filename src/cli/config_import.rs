@@ -182,6 +182,15 @@ pub fn convert(src: &str) -> Result<Imported, ConfigError> {
         c.cni.conf_dir = PathBuf::from(d);
         carried.push(format!("{} -> cni.conf_dir", key(&conf)));
     }
+    let cdi = at(&runtime, &["cdi_spec_dirs"]);
+    let cdi_ref: Vec<&str> = cdi.iter().map(String::as_str).collect();
+    if let Some(a) = get(&v, &cdi_ref).and_then(Value::as_array) {
+        c.cdi.spec_dirs = a
+            .iter()
+            .filter_map(|x| x.as_str().map(PathBuf::from))
+            .collect();
+        carried.push(format!("{} -> cdi.spec_dirs", key(&cdi)));
+    }
     let mcd = at(&cri, &["max_concurrent_downloads"]);
     if let Some(n) = look(&mcd).and_then(|s| s.parse().ok()) {
         c.registry.max_concurrent_downloads = n;
@@ -318,6 +327,7 @@ root = "/var/lib/containerd"
   stream_server_address = "0.0.0.0"
   stream_server_port = "10010"
   restrict_oom_score_adj = true
+  cdi_spec_dirs = ["/etc/cdi", "/run/cdi"]
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/opt/cni/bin"
     conf_dir = "/etc/cni/net.d"
@@ -338,6 +348,10 @@ root = "/var/lib/containerd"
         assert_eq!(i.config.registry.max_concurrent_downloads, 5);
         assert_eq!(i.config.streaming.address, "0.0.0.0:10010");
         assert_eq!(i.config.cni.bin_dirs, vec![PathBuf::from("/opt/cni/bin")]);
+        assert_eq!(
+            i.config.cdi.spec_dirs,
+            vec![PathBuf::from("/etc/cdi"), PathBuf::from("/run/cdi")]
+        );
         let left = i.left.join("\n");
         assert!(
             left.contains("docker.io") && left.contains("mirror.example"),
