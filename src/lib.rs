@@ -20,6 +20,7 @@ pub mod kubelet;
 pub mod logging;
 pub mod logs;
 pub mod network;
+pub mod oci;
 pub mod sandbox;
 pub mod sdnotify;
 pub mod security;

@@ -112,7 +112,7 @@ pub fn set_properties(
         ));
     }
     let mut res = serde_json::json!({});
-    crate::container::spec::set_resources(&mut res, r);
+    crate::oci::set_resources(&mut res, r);
     let oci: LinuxResources =
         serde_json::from_value(res).map_err(|e| ResourceError::Invalid(e.to_string()))?;
     let m = manager(cgroups_path, id).map_err(ResourceError::Systemd)?;

@@ -217,51 +217,6 @@ pub fn capabilities(
     Ok(caps)
 }
 
-/// Sets the cgroup limits of `res` in an OCI `linux.resources` object
-/// (devices are left as they are); unset CRI values leave no key.
-pub fn set_resources(resources: &mut Value, res: &LinuxContainerResources) {
-    for k in ["cpu", "memory", "hugepageLimits", "unified"] {
-        if let Some(o) = resources.as_object_mut() {
-            o.remove(k);
-        }
-    }
-    let mut cpu = serde_json::Map::new();
-    if res.cpu_period > 0 {
-        cpu.insert("period".into(), json!(res.cpu_period));
-    }
-    if res.cpu_quota > 0 {
-        cpu.insert("quota".into(), json!(res.cpu_quota));
-    }
-    if res.cpu_shares > 0 {
-        cpu.insert("shares".into(), json!(res.cpu_shares));
-    }
-    if !res.cpuset_cpus.is_empty() {
-        cpu.insert("cpus".into(), json!(res.cpuset_cpus));
-    }
-    if !res.cpuset_mems.is_empty() {
-        cpu.insert("mems".into(), json!(res.cpuset_mems));
-    }
-    if !cpu.is_empty() {
-        resources["cpu"] = Value::Object(cpu);
-    }
-    if res.memory_limit_in_bytes > 0 {
-        resources["memory"] = json!({"limit": res.memory_limit_in_bytes});
-        if res.memory_swap_limit_in_bytes > 0 {
-            resources["memory"]["swap"] = json!(res.memory_swap_limit_in_bytes);
-        }
-    }
-    if !res.hugepage_limits.is_empty() {
-        resources["hugepageLimits"] = json!(res
-            .hugepage_limits
-            .iter()
-            .map(|h| json!({"pageSize": h.page_size, "limit": h.limit}))
-            .collect::<Vec<_>>());
-    }
-    if !res.unified.is_empty() {
-        resources["unified"] = json!(res.unified);
-    }
-}
-
 /// Swap equal to memory (the kubelet's NoSwap) is `memory.swap.max` 0 on
 /// v2, but libcontainer's cgroupfs manager writes no zero limits: say it
 /// through `unified`, which it applies as given. Only where the kernel
@@ -370,7 +325,7 @@ pub fn build(
     let mut rules = vec![json!({"allow": sc.privileged, "access": "rwm"})];
     rules.append(&mut device_rules);
     let mut resources = json!({ "devices": rules });
-    set_resources(&mut resources, &res);
+    crate::oci::set_resources(&mut resources, &res);
     no_swap_on_v2(&mut resources, &res, pod.cgroups_path);
     let cwd = if !c.working_dir.is_empty() {
         c.working_dir.clone()

@@ -67,7 +67,7 @@ impl ContainerManager {
         let spec_path = dir.join("config.json");
         if let Ok(Some(mut spec)) = atomic::read_json::<serde_json::Value>(&spec_path) {
             if let Some(res) = spec.get_mut("linux").and_then(|l| l.get_mut("resources")) {
-                super::spec::set_resources(res, &merged);
+                crate::oci::set_resources(res, &merged);
                 atomic::write_state_json(&spec_path, &spec)
                     .map_err(SandboxError::io("record resources in the container spec"))?;
             }

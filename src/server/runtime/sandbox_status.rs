@@ -44,7 +44,7 @@ pub async fn handle(
         let oci = |r: Option<crate::api::cri::LinuxContainerResources>| {
             r.map(|r| {
                 let mut v = serde_json::json!({});
-                crate::container::spec::set_resources(&mut v, &r);
+                crate::oci::set_resources(&mut v, &r);
                 v
             })
         };
