@@ -9,7 +9,7 @@ mod common;
 use common::images::*;
 use common::kubelet::*;
 use common::pod;
-use husk::api::cri::{ContainerStatusRequest, ListContainersRequest, Signal};
+use husk::api::cri::{ListContainersRequest, Signal};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn image_volumes_and_stop_signals_from_a_pod_spec() {
@@ -92,16 +92,7 @@ spec:
         .into_iter()
         .find(|c| c.metadata.as_ref().unwrap().name == "sig")
         .unwrap();
-    let st = rt
-        .container_status(ContainerStatusRequest {
-            container_id: sig.id,
-            verbose: false,
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .status
-        .unwrap();
+    let st = common::ctr::container_status(&p.h, &sig.id).await;
     assert_eq!(st.stop_signal, Signal::Sigusr1 as i32);
     // The pod goes: its process gets SIGUSR1, not SIGTERM.
     k.remove("cri136.yaml");

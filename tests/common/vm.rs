@@ -61,7 +61,14 @@ pub fn run(kernel: &Path, append: &str, dir: &Path, script: &str, deadline: Dura
     let console = Command::new("timeout")
         .args(["-k", "10", &deadline.as_secs().to_string(), "vng", "--run"])
         .arg(kernel)
-        .args(["--disable-kvm", "--cpus", "2", "--memory", "3G", "--rwdir"])
+        .args([
+            "--disable-kvm",
+            "--cpus",
+            &cpus(),
+            "--memory",
+            "3G",
+            "--rwdir",
+        ])
         .arg(dir)
         .args(["--append", append, "--exec"])
         .arg(format!("sh {}", script_path.display()))
@@ -155,7 +162,14 @@ pub fn run_systemd(
     let console = Command::new("timeout")
         .args(["-k", "10", &deadline.as_secs().to_string(), "vng", "--run"])
         .arg(kernel)
-        .args(["--disable-kvm", "--cpus", "2", "--memory", "3G", "--rwdir"])
+        .args([
+            "--disable-kvm",
+            "--cpus",
+            &cpus(),
+            "--memory",
+            "3G",
+            "--rwdir",
+        ])
         .arg(dir)
         // --verbose: the serial console (kernel, systemd) on stderr. The
         // second -append, last on qemu's command line, replaces vng's.
@@ -174,6 +188,11 @@ pub fn run_systemd(
             String::from_utf8_lossy(&console.stderr)
         ),
     }
+}
+
+/// vCPUs of a guest.
+fn cpus() -> String {
+    std::env::var("HUSK_VM_CPUS").unwrap_or_else(|_| "2".into())
 }
 
 /// Whether this process runs inside a node VM that the suite booted.

@@ -92,7 +92,13 @@ fn vm_setup(
     if !common::require_root() {
         return None;
     }
-    let turn = ONE_VM.lock().unwrap_or_else(|p| p.into_inner());
+    static SYSTEMD_VM: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let lock = if std::env::var_os("HUSK_VM_PARALLEL").is_some() && prefix.starts_with("systemd") {
+        &SYSTEMD_VM
+    } else {
+        &ONE_VM
+    };
+    let turn = lock.lock().unwrap_or_else(|p| p.into_inner());
     let kernel = common::vm::kernel()
         .expect("no kernel in /boot: make setup installs Debian's linux-image-amd64");
     let dir = tempfile::Builder::new()
@@ -109,9 +115,10 @@ fn cgroup_v2_node() {
     };
     let exe = std::env::current_exe().unwrap();
     let script = format!(
-        "{GUEST_TMP_SETUP} && export HUSK_NODE_VM=1 RUST_BACKTRACE=1 && \
+        "{} && {GUEST_TMP_SETUP} && export HUSK_NODE_VM=1 RUST_BACKTRACE=1 && \
          cat /proc/self/cgroup /proc/version && \
          {} --ignored --test-threads=1 ::guest_",
+        show_binaries(&exe),
         exe.display()
     );
     let o = common::vm::run(
@@ -135,6 +142,26 @@ const GUEST_TMP: &str = "/run/husk-vm-tmp";
 const GUEST_TMP_SETUP: &str = "mkdir -p /run/husk-vm-tmp && \
      mount -t tmpfs -o size=2g,mode=1777 tmpfs /run/husk-vm-tmp && \
      export TMPDIR=/run/husk-vm-tmp && cd /run/husk-vm-tmp";
+
+/// The guest's init (virtme-ng's) mounts tmpfs over /var/tmp, /var/log and
+/// /run: a checkout there, and with it the test binaries, is hidden in the
+/// guest. The shell prefix that shows them again: their directory (the
+/// profile's, which holds this test binary and husk) bound from a
+/// non-recursive bind of the guest's root, the host's file system beneath
+/// those mounts. Where they are visible it does nothing.
+fn show_binaries(exe: &Path) -> String {
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("the test binary sits in <profile>/deps/");
+    format!(
+        "if [ ! -e {exe} ]; then mkdir -p /run/husk-vm-host {dir} && \
+         mount --bind / /run/husk-vm-host && \
+         mount --bind /run/husk-vm-host{dir} {dir}; fi",
+        exe = exe.display(),
+        dir = dir.display()
+    )
+}
 
 /// How long a guest may take, boot included: its tests take 2 to 4
 /// minutes on an idle machine.

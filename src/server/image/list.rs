@@ -4,13 +4,17 @@ use crate::api::cri::{ListImagesRequest, ListImagesResponse};
 use crate::server::instrument::State;
 use tonic::Status;
 
-pub async fn handle(state: &State, req: ListImagesRequest) -> Result<ListImagesResponse, Status> {
-    let images = state.images()?;
-    let wanted = req
-        .filter
+/// The image a list's filter names, if it names one.
+pub(super) fn wanted(filter: Option<crate::api::cri::ImageFilter>) -> Option<String> {
+    filter
         .and_then(|f| f.image)
         .map(|s| s.image)
-        .filter(|s| !s.trim().is_empty());
+        .filter(|s| !s.trim().is_empty())
+}
+
+pub async fn handle(state: &State, req: ListImagesRequest) -> Result<ListImagesResponse, Status> {
+    let images = state.images()?;
+    let wanted = wanted(req.filter);
     let recs = match wanted {
         Some(spec) => images.find(&spec).into_iter().collect(),
         None => images.list(),

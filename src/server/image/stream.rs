@@ -12,11 +12,7 @@ pub type Stream = ListStream<StreamImagesResponse>;
 
 pub async fn handle(state: &Arc<State>, req: StreamImagesRequest) -> Result<Stream, Status> {
     let images = state.images()?;
-    let wanted = req
-        .filter
-        .and_then(|f| f.image)
-        .map(|s| s.image)
-        .filter(|s| !s.trim().is_empty());
+    let wanted = super::list::wanted(req.filter);
     let state = state.clone();
     Ok(stream(
         move || {

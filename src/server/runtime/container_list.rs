@@ -15,9 +15,7 @@ pub(super) fn keep(f: &ContainerFilter, r: &ContainerRecord) -> bool {
             .as_ref()
             .map(|s| s.state == state_of(r))
             .unwrap_or(true)
-        && f.label_selector
-            .iter()
-            .all(|(k, v)| r.labels.get(k) == Some(v))
+        && super::selected(&f.label_selector, &r.labels)
 }
 
 /// A container in the list's form.

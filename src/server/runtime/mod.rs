@@ -51,6 +51,14 @@ pub(crate) fn required(field: &str, value: &str) -> Result<(), Status> {
     Ok(())
 }
 
+/// Whether `labels` has every pair of a list filter's label selector.
+pub(crate) fn selected(
+    selector: &std::collections::HashMap<String, String>,
+    labels: &std::collections::BTreeMap<String, String>,
+) -> bool {
+    selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+}
+
 pub struct Runtime {
     state: Arc<State>,
 }

@@ -14,9 +14,7 @@ pub(super) fn keep(f: &PodSandboxFilter, r: &SandboxRecord) -> bool {
             .as_ref()
             .map(|s| s.state == state_of(r))
             .unwrap_or(true)
-        && f.label_selector
-            .iter()
-            .all(|(k, v)| r.labels.get(k) == Some(v))
+        && super::selected(&f.label_selector, &r.labels)
 }
 
 /// A pod in the list's form.

@@ -10,10 +10,7 @@ use tonic::Status;
 
 /// Whether `r` passes the filter.
 pub(super) fn keep(f: &PodSandboxStatsFilter, r: &SandboxRecord) -> bool {
-    (f.id.is_empty() || r.id.starts_with(&f.id))
-        && f.label_selector
-            .iter()
-            .all(|(k, v)| r.labels.get(k) == Some(v))
+    (f.id.is_empty() || r.id.starts_with(&f.id)) && super::selected(&f.label_selector, &r.labels)
 }
 
 pub async fn handle(
