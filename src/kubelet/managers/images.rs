@@ -27,6 +27,13 @@ pub struct ImageInfo {
     pub username: String,
 }
 
+/// One image a container start needs: whose, which, by what policy.
+struct Wanted<'a> {
+    container: &'a str,
+    image: &'a str,
+    policy: &'a str,
+}
+
 pub struct ImageManager {
     cri: Cri,
     events: Recorder,
@@ -55,8 +62,12 @@ impl ImageManager {
     ) -> Result<ImageInfo, StartError> {
         let image = c.image.clone().unwrap_or_default();
         let policy = c.image_pull_policy.as_deref().unwrap_or("IfNotPresent");
-        self.ensure_image(objects, pod, &c.name, &image, policy, sandbox)
-            .await
+        let want = Wanted {
+            container: &c.name,
+            image: &image,
+            policy,
+        };
+        self.ensure_image(objects, pod, &want, sandbox).await
     }
 
     /// The images of the image volumes `c` mounts, each by its volume's
@@ -89,9 +100,12 @@ impl ImageManager {
                 .pull_policy
                 .clone()
                 .unwrap_or_else(|| default_policy(&image).to_string());
-            let info = self
-                .ensure_image(objects, pod, &c.name, &image, &policy, sandbox)
-                .await?;
+            let want = Wanted {
+                container: &c.name,
+                image: &image,
+                policy: &policy,
+            };
+            let info = self.ensure_image(objects, pod, &want, sandbox).await?;
             out.insert(m.name.clone(), info.image_ref);
         }
         Ok(out)
@@ -101,15 +115,11 @@ impl ImageManager {
         &self,
         objects: &Objects,
         pod: &Pod,
-        container: &str,
-        image: &str,
-        policy: &str,
+        want: &Wanted<'_>,
         sandbox: &PodSandboxConfig,
     ) -> Result<ImageInfo, StartError> {
-        let events = &self.events;
-        let r = self
-            .ensure_inner(objects, pod, container, image, policy, sandbox)
-            .await;
+        let (events, container) = (&self.events, want.container);
+        let r = self.ensure_inner(objects, pod, want, sandbox).await;
         if let Err(e) = &r {
             let (reason, message) = match e.reason.as_str() {
                 "ImagePullBackOff" => ("BackOff", e.message.clone()),
@@ -130,14 +140,13 @@ impl ImageManager {
         &self,
         objects: &Objects,
         pod: &Pod,
-        container: &str,
-        image: &str,
-        policy: &str,
+        want: &Wanted<'_>,
         sandbox: &PodSandboxConfig,
     ) -> Result<ImageInfo, StartError> {
         let (cri, events) = (&self.cri, &self.events);
+        let (container, policy) = (want.container, want.policy);
         let pod_uid = crate::kubelet::kit::defaults::uid(pod);
-        let image = image.to_string();
+        let image = want.image.to_string();
         let present = cri.image_status(&image).await.map_err(|e| StartError {
             reason: "ImageInspectError".into(),
             message: format!("Failed to inspect image {image:?}: {e}"),
