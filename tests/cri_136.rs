@@ -800,3 +800,77 @@ async fn stream_lists_bench() {
     );
     assert_eq!(u.2, s.2);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hostile_image_volumes_are_contained() {
+    if !common::require_root() {
+        return;
+    }
+    let p = pod::setup(vec![]).await;
+    let app = app_image(&p).await;
+    // A data image whose sub paths are a FIFO (an open would block), the
+    // node's memory device and a symlink to the node's root.
+    let hostile = common::images::Image::with_config(
+        vec![Layer::new(
+            &[
+                Entry::Dir("d".into(), 0o755),
+                Entry::Fifo("d/fifo".into()),
+                Entry::Char("d/mem".into(), 1, 1),
+                Entry::Symlink("d/root".into(), "/".into()),
+            ],
+            Compression::Gzip,
+        )],
+        "amd64",
+        serde_json::json!({}),
+    );
+    Pusher::new(&p.reg)
+        .image("data/hostile", "v1", &hostile, Format::Oci)
+        .await;
+    let img =
+        p.h.pull(&format!("{}/data/hostile:v1", p.reg.host()))
+            .await
+            .unwrap();
+    let (pod_id, pc) = host_pod(&p, "hostile").await;
+    // The FIFO: CreateContainer neither hangs nor opens it.
+    let mut c = ccfg(&app, "fifo", &[], &[]);
+    c.mounts = vec![image_mount("/f", &img, "d/fifo")];
+    let started = std::time::Instant::now();
+    match try_create(&p.h, &pod_id, &pc, c).await {
+        Ok(id) => {
+            p.h.runtime()
+                .await
+                .remove_container(RemoveContainerRequest { container_id: id })
+                .await
+                .unwrap();
+        }
+        Err(e) => assert_eq!(e.code(), Code::InvalidArgument, "{e:?}"),
+    }
+    assert!(started.elapsed() < std::time::Duration::from_secs(60));
+    // An absolute symlink is not followed out of the image.
+    let mut c = ccfg(&app, "root", &[], &[]);
+    c.mounts = vec![image_mount("/r", &img, "d/root")];
+    let e = try_create(&p.h, &pod_id, &pc, c).await.unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+    assert!(e.message().contains("leaves the image"), "{e:?}");
+    // The device node: refused, or bound but never readable (the
+    // container's device rules allow no /dev/mem).
+    let mut c = ccfg(&app, "mem", &[], &[]);
+    c.mounts = vec![image_mount("/m", &img, "d/mem")];
+    match try_create(&p.h, &pod_id, &pc, c).await {
+        Ok(id) => {
+            start(&p.h, &id).await;
+            let r = exec_sync(&p.h, &id, &["/bin/sh", "-c", "head -c 16 /m | wc -c"])
+                .await
+                .unwrap();
+            assert_eq!(
+                String::from_utf8_lossy(&r.stdout).trim(),
+                "0",
+                "the node's memory was read: {r:?}"
+            );
+            stop_remove(&p.h, &id).await;
+        }
+        Err(e) => assert_eq!(e.code(), Code::InvalidArgument, "{e:?}"),
+    }
+    stop_remove_pod(&p.h, &pod_id).await;
+    assert!(pod::leftovers(&p).is_empty(), "{:?}", pod::leftovers(&p));
+}
