@@ -4,6 +4,8 @@
 //! request's connection when the process has exited and its pipes are
 //! drained, or when the timeout kills it.
 
+use super::oci::Oci;
+use super::runtime::Failure;
 use super::wire::write_msg;
 use crate::api::shim::{ExecRequest, ExecResult, ShimResponse};
 use libcontainer::container::builder::ContainerBuilder;
@@ -34,7 +36,7 @@ pub struct PendingExec {
     process_file: PathBuf,
 }
 
-fn pipe() -> Result<(OwnedFd, OwnedFd), String> {
+pub(super) fn pipe() -> Result<(OwnedFd, OwnedFd), String> {
     let (r, w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
         .map_err(|e| format!("pipe: {e}"))?;
     rustix::io::ioctl_fionbio(&r, true).map_err(|e| format!("pipe: {e}"))?;
@@ -96,7 +98,14 @@ pub fn start(
     dir: &Path,
     req: &ExecRequest,
     conn: UnixStream,
-) -> Result<PendingExec, (String, UnixStream)> {
+    oci: Option<Oci>,
+) -> Result<PendingExec, (Failure, UnixStream)> {
+    if let Some(o) = oci {
+        return match super::oci_exec::sync(&o, dir, req) {
+            Ok((pid, pipes, file)) => Ok(PendingExec::new(conn, req, pid, pipes, file)),
+            Err(e) => Err((e, conn)),
+        };
+    }
     let r = (|| -> Result<(i32, [OwnedFd; 2], PathBuf), String> {
         if req.args.is_empty() {
             return Err("exec needs a command".into());
@@ -130,24 +139,8 @@ pub fn start(
         Ok((pid, [out_r, err_r], file))
     })();
     match r {
-        Ok((pid, [out, err], file)) => Ok(PendingExec {
-            conn,
-            pid,
-            pipes: [Some(out), Some(err)],
-            bufs: [Vec::new(), Vec::new()],
-            truncated: [false, false],
-            max: if req.max_output == 0 {
-                DEFAULT_MAX_OUTPUT
-            } else {
-                req.max_output as usize
-            },
-            exit: None,
-            deadline: (req.timeout_ms > 0)
-                .then(|| Instant::now() + Duration::from_millis(req.timeout_ms as u64)),
-            timed_out: false,
-            process_file: file,
-        }),
-        Err(e) => Err((e, conn)),
+        Ok((pid, pipes, file)) => Ok(PendingExec::new(conn, req, pid, pipes, file)),
+        Err(e) => Err(((13, e), conn)),
     }
 }
 
@@ -177,6 +170,32 @@ fn write_process(
 }
 
 impl PendingExec {
+    fn new(
+        conn: UnixStream,
+        req: &ExecRequest,
+        pid: i32,
+        [out, err]: [OwnedFd; 2],
+        file: PathBuf,
+    ) -> PendingExec {
+        PendingExec {
+            conn,
+            pid,
+            pipes: [Some(out), Some(err)],
+            bufs: [Vec::new(), Vec::new()],
+            truncated: [false, false],
+            max: if req.max_output == 0 {
+                DEFAULT_MAX_OUTPUT
+            } else {
+                req.max_output as usize
+            },
+            exit: None,
+            deadline: (req.timeout_ms > 0)
+                .then(|| Instant::now() + Duration::from_millis(req.timeout_ms as u64)),
+            timed_out: false,
+            process_file: file,
+        }
+    }
+
     /// Reads what the pipes hold (keeping at most `max` bytes per stream).
     pub fn drain(&mut self) {
         let mut buf = vec![0u8; 64 * 1024];

@@ -14,16 +14,21 @@
 //! - `shim.pid`: the monitor's pid.
 //! - `exits/<id>.json`: `{"exit_code", "exited_at"}` per container.
 //! - `youki/`: libcontainer's state root.
+//! - `oci/<id>.json`: the OCI runtime a container runs under, when not
+//!   husk's own path (`oci.rs`); `oci/runtime.log`, its last call's log.
 
 pub mod client;
 pub mod exec;
 pub mod fdpass;
 mod fork;
 pub mod monitor;
+mod oci;
+mod oci_exec;
 mod oom;
 mod payload;
 pub mod process;
 mod reap;
+mod runtime;
 pub mod sealed;
 pub mod stream;
 pub mod tenant;

@@ -2,16 +2,14 @@
 //! API socket, and reap children whenever SIGCHLD arrives (a self-pipe
 //! written by the signal handler wakes `poll`).
 
-use super::fork::{in_child, ResetSignals};
+use super::oci::{Oci, Stdio3};
+use super::runtime::{Failure, Made};
 use super::wire::{read_msg, write_msg};
 use super::ExitRecord;
 use crate::api::shim::{
     shim_request::Request, ContainerState, CreateRequest, ShimRequest, ShimResponse,
 };
 use crate::logs::{CriLogWriter, Stream, DEFAULT_MAX_LINE};
-use libcontainer::container::builder::ContainerBuilder;
-use libcontainer::container::Container;
-use libcontainer::syscall::syscall::SyscallType;
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -48,6 +46,8 @@ pub(super) struct Shim {
     pub(super) streams: super::stream::Streams,
     /// OOM kills of running containers (oom.rs).
     pub(super) oom: super::oom::OomWatch,
+    /// The containers an OCI runtime runs (runtime.rs), by id.
+    pub(super) oci: HashMap<String, Oci>,
 }
 
 pub(super) fn now_ns() -> i64 {
@@ -196,76 +196,83 @@ impl Shim {
             Ok(c) => c,
             Err(e) => return reply_err(INTERNAL, e),
         };
-        let built = (|| -> Result<i32, String> {
-            let stdin = cio.take_stdin()?;
+        let built = (|| -> Result<i32, Failure> {
+            let stdin = cio.take_stdin().map_err(|e| (INTERNAL, e))?;
             // Output goes through the shim when it is logged, and when an
             // attacher may read it (a stdin container, as critest attaches
             // to, need not have a log).
-            let (out, err): (OwnedFd, OwnedFd) = if req.log_path.is_empty() && !req.stdin {
-                (
-                    open_out(stdout)
-                        .map_err(|e| format!("open {stdout}: {e}"))?
-                        .into(),
-                    open_out(stderr)
-                        .map_err(|e| format!("open {stderr}: {e}"))?
-                        .into(),
-                )
-            } else {
-                let max = if req.max_log_line == 0 {
-                    DEFAULT_MAX_LINE
+            // An OCI runtime's create says why it failed on the process's
+            // stderr: that goes through the shim too.
+            let (out, err): (OwnedFd, OwnedFd) =
+                if req.log_path.is_empty() && !req.stdin && req.oci.is_none() {
+                    (
+                        open_out(stdout)
+                            .map_err(|e| (INTERNAL, format!("open {stdout}: {e}")))?
+                            .into(),
+                        open_out(stderr)
+                            .map_err(|e| (INTERNAL, format!("open {stderr}: {e}")))?
+                            .into(),
+                    )
                 } else {
-                    req.max_log_line as usize
+                    let max = if req.max_log_line == 0 {
+                        DEFAULT_MAX_LINE
+                    } else {
+                        req.max_log_line as usize
+                    };
+                    if !req.log_path.is_empty() {
+                        let w = CriLogWriter::open(Path::new(&req.log_path), max)
+                            .map_err(|e| (INTERNAL, format!("open log {}: {e}", req.log_path)))?;
+                        self.logs.insert(id.to_string(), w);
+                    }
+                    let mut ends = Vec::new();
+                    for stream in [Stream::Stdout, Stream::Stderr] {
+                        let (r, w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+                            .map_err(|e| (INTERNAL, format!("pipe: {e}")))?;
+                        rustix::io::ioctl_fionbio(&r, true)
+                            .map_err(|e| (INTERNAL, format!("pipe: {e}")))?;
+                        readers.push((r, stream));
+                        ends.push(w);
+                    }
+                    let (Some(err), Some(out)) = (ends.pop(), ends.pop()) else {
+                        return Err((INTERNAL, "pipe".into()));
+                    };
+                    (out, err)
                 };
-                if !req.log_path.is_empty() {
-                    let w = CriLogWriter::open(Path::new(&req.log_path), max)
-                        .map_err(|e| format!("open log {}: {e}", req.log_path))?;
-                    self.logs.insert(id.to_string(), w);
-                }
-                let mut ends = Vec::new();
-                for stream in [Stream::Stdout, Stream::Stderr] {
-                    let (r, w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
-                        .map_err(|e| format!("pipe: {e}"))?;
-                    rustix::io::ioctl_fionbio(&r, true).map_err(|e| format!("pipe: {e}"))?;
-                    readers.push((r, stream));
-                    ends.push(w);
-                }
-                let err = ends.pop().ok_or("pipe")?;
-                let out = ends.pop().ok_or("pipe")?;
-                (out, err)
-            };
-            let youki = &self.youki;
             let console = cio.console_socket();
+            let stderr_reader = readers
+                .iter()
+                .find(|(_, s)| *s == Stream::Stderr)
+                .map(|(fd, _)| fd.try_clone())
+                .transpose()
+                .map_err(|e| (INTERNAL, format!("dup: {e}")))?;
+            let made = Made {
+                id,
+                bundle,
+                console,
+                io: Stdio3 {
+                    stdin,
+                    stdout: out,
+                    stderr: err,
+                },
+                stderr_reader: stderr_reader.as_ref(),
+            };
+            let oci = req.oci.as_ref().map(|r| Oci::new(&self.dir, r, bundle));
             let t0 = Instant::now();
-            let made = in_child(move || {
-                let c = ContainerBuilder::new(id.to_string(), SyscallType::default())
-                    .validate_id()
-                    .map_err(|e| e.to_string())?
-                    .with_root_path(youki)
-                    .map_err(|e| e.to_string())?
-                    .with_executor(ResetSignals)
-                    .with_stdin(stdin)
-                    .with_stdout(out)
-                    .with_stderr(err)
-                    .with_console_socket(console.as_deref())
-                    .as_init(bundle)
-                    // libcontainer drives systemd only for a relative
-                    // cgroups path (`slice:husk:id`, the systemd driver's);
-                    // an absolute one is cgroupfs either way.
-                    .with_systemd(true)
-                    .with_detach(true)
-                    .build()
-                    .map_err(|e| format!("create container {id}: {e:#}"))?;
-                c.pid()
-                    .map(|p| p.as_raw())
-                    .ok_or_else(|| "created container has no pid".to_string())
-            });
+            let made = self.runtime_create(made, oci);
             runtime = t0.elapsed();
             made
         })();
         let built = built.and_then(|pid| {
             // A tty container's output comes from its console master.
-            if let Some(master) = self.streams.finish_create(id, cio)? {
-                readers.retain(|(_, s)| *s != Stream::Stdout);
+            let master = self
+                .streams
+                .finish_create(id, cio)
+                .map_err(|e| (INTERNAL, e))?;
+            if let Some(master) = master {
+                // (An OCI runtime's stderr pipe was for its own words.)
+                readers.retain(|(_, s)| {
+                    *s != Stream::Stdout && (req.oci.is_none() || *s != Stream::Stderr)
+                });
                 readers.push((master, Stream::Stdout));
             }
             Ok(pid)
@@ -289,13 +296,13 @@ impl Shim {
                     ..self.ok(id)
                 }
             }
-            Err(e) => {
-                // A half-made container: drop libcontainer's state and reap.
-                let _ = self.youki_delete(id);
-                let _ = std::fs::remove_dir_all(self.youki.join(id));
+            Err((code, e)) => {
+                // A half-made container: drop the runtime's state and reap.
+                let _ = self.runtime_kill(id, libc::SIGKILL, true);
+                let _ = self.runtime_delete(id);
                 self.logs.remove(id);
                 self.reap();
-                reply_err(INTERNAL, e)
+                reply_err(code, e)
             }
         }
     }
@@ -310,17 +317,11 @@ impl Shim {
                 format!("container {id} is not created"),
             );
         }
-        let state = self.youki.join(id);
         let t0 = Instant::now();
-        let r = in_child(|| {
-            Container::load(state)
-                .and_then(|mut c| c.start())
-                .map(|()| 0)
-                .map_err(|e| format!("{e:#}"))
-        });
+        let r = self.runtime_start(id);
         let runtime = t0.elapsed();
         match r {
-            Ok(_) => {
+            Ok(()) => {
                 if let Some(e) = self.containers.get_mut(id) {
                     if e.status == Status::Created {
                         e.status = Status::Running;
@@ -331,7 +332,7 @@ impl Shim {
                     ..self.ok(id)
                 }
             }
-            Err(e) => reply_err(INTERNAL, format!("start container {id}: {e}")),
+            Err((code, e)) => reply_err(code, e),
         }
     }
 
@@ -342,10 +343,9 @@ impl Shim {
         if e.status == Status::Stopped && !all {
             return self.ok(id);
         }
-        let sig = match libcontainer::signal::Signal::try_from(signal) {
-            Ok(s) => s,
-            Err(err) => return reply_err(INVALID, format!("signal {signal}: {err}")),
-        };
+        if let Err(err) = libcontainer::signal::Signal::try_from(signal) {
+            return reply_err(INVALID, format!("signal {signal}: {err}"));
+        }
         let t0 = Instant::now();
         // The init is signalled directly (no libcontainer child) when that
         // is all there is to do: a signal for the init alone, or SIGKILL to
@@ -367,37 +367,35 @@ impl Shim {
                 ..self.ok(id)
             };
         }
-        let state = self.youki.join(id);
-        let r = in_child(|| {
-            Container::load(state)
-                .and_then(|mut c| {
-                    if c.can_kill() || all {
-                        c.kill(sig, all)
-                    } else {
-                        Ok(())
-                    }
-                })
-                .map(|()| 0)
-                .map_err(|e| format!("{e:#}"))
-        });
+        let r = self.runtime_kill(id, signal, all);
         let runtime = t0.elapsed();
         match r {
-            Ok(_) => ShimResponse {
+            Ok(()) => ShimResponse {
                 runtime_us: runtime.as_micros() as u64,
                 ..self.ok(id)
             },
-            Err(e) => reply_err(INTERNAL, format!("kill container {id}: {e}")),
+            // An OCI runtime refuses to signal what has stopped.
+            Err(_) if self.stopped(id) => self.ok(id),
+            Err((code, e)) => reply_err(code, e),
         }
+    }
+
+    /// Whether `id` has stopped (its init reaped now if it had exited).
+    fn stopped(&mut self, id: &str) -> bool {
+        self.reap();
+        self.containers
+            .get(id)
+            .is_some_and(|e| e.status == Status::Stopped)
     }
 
     fn delete(&mut self, id: &str, force: bool) -> ShimResponse {
         let Some(e) = self.containers.get(id) else {
             // Left by a previous shim that was killed: clean up its state.
-            if self.youki.join(id).exists() {
-                if let Err(err) = self.youki_delete(id) {
-                    return reply_err(INTERNAL, format!("delete container {id}: {err}"));
+            if self.runtime_has_leftover(id) {
+                let _ = self.runtime_kill(id, libc::SIGKILL, true);
+                if let Err((code, err)) = self.runtime_delete(id) {
+                    return reply_err(code, err);
                 }
-                let _ = std::fs::remove_dir_all(self.youki.join(id));
                 return self.ok(id);
             }
             return reply_err(NOT_FOUND, format!("container {id} not found"));
@@ -423,12 +421,11 @@ impl Shim {
             }
         }
         let t0 = Instant::now();
-        if let Err(err) = self.youki_delete(id) {
-            return reply_err(INTERNAL, format!("delete container {id}: {err}"));
+        if let Err((code, err)) = self.runtime_delete(id) {
+            return reply_err(code, err);
         }
         let runtime = t0.elapsed();
         self.reap();
-        let _ = std::fs::remove_dir_all(self.youki.join(id));
         self.drain_logs(Some(id));
         self.pipes.retain(|(_, c, _)| c != id);
         self.logs.remove(id);
@@ -439,16 +436,6 @@ impl Shim {
             runtime_us: runtime.as_micros() as u64,
             ..self.ok(id)
         }
-    }
-
-    /// Deletes libcontainer's state and cgroup of `id` (nothing to do when
-    /// it has no state).
-    fn youki_delete(&self, id: &str) -> Result<i32, String> {
-        let state = self.youki.join(id);
-        in_child(|| match Container::load(state) {
-            Ok(mut c) => c.delete(true).map(|()| 0).map_err(|e| format!("{e:#}")),
-            Err(_) => Ok(0),
-        })
     }
 
     fn drain_then_reopen(&mut self, id: &str) -> std::io::Result<()> {
@@ -486,10 +473,11 @@ impl Shim {
                         return;
                     }
                 }
-                match super::exec::start(&self.youki, &self.dir, &x, conn) {
+                let oci = self.oci_of(&x.id);
+                match super::exec::start(&self.youki, &self.dir, &x, conn, oci) {
                     Ok(p) => self.execs.push(p),
-                    Err((e, mut conn)) => {
-                        let _ = write_msg(&mut conn, &reply_err(INTERNAL, e));
+                    Err(((code, e), mut conn)) => {
+                        let _ = write_msg(&mut conn, &reply_err(code, e));
                     }
                 }
                 return;
@@ -498,7 +486,8 @@ impl Shim {
                 request: Some(Request::StreamExec(x)),
             }) => match self.containers.get(&x.id).map(|e| e.status) {
                 Some(Status::Running) => {
-                    self.streams.exec(&self.youki, &self.dir, &x, conn);
+                    let oci = self.oci_of(&x.id);
+                    self.streams.exec(&self.youki, &self.dir, &x, conn, oci);
                     return;
                 }
                 Some(_) => reply_err(

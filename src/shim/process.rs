@@ -123,6 +123,7 @@ pub fn run(dir: &Path) -> io::Result<()> {
         execs: Vec::new(),
         streams: Default::default(),
         oom: super::oom::OomWatch::new(),
+        oci: HashMap::new(),
     };
     listener.set_nonblocking(true)?;
     // Once quiet for a while after its start or a request, the monitor

@@ -89,14 +89,14 @@ fn pipe() -> Result<(OwnedFd, OwnedFd), String> {
     rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| format!("pipe: {e}"))
 }
 
-fn console_listener(dir: &Path) -> Result<(UnixListener, PathBuf), String> {
+pub(super) fn console_listener(dir: &Path) -> Result<(UnixListener, PathBuf), String> {
     let path = dir.join(format!("console-{:08x}.sock", rand::random::<u32>()));
     let l = UnixListener::bind(&path).map_err(|e| format!("console socket: {e}"))?;
     Ok((l, path))
 }
 
 /// Receives the terminal master libcontainer sent to the console socket.
-fn receive_master(l: &UnixListener, path: &Path) -> Result<OwnedFd, String> {
+pub(super) fn receive_master(l: &UnixListener, path: &Path) -> Result<OwnedFd, String> {
     let _ = l.set_nonblocking(true);
     let deadline = Instant::now() + Duration::from_secs(10);
     let conn = loop {
@@ -196,8 +196,13 @@ impl Streams {
         dir: &Path,
         req: &StreamExecRequest,
         mut conn: UnixStream,
+        oci: Option<super::oci::Oci>,
     ) {
-        match start_exec(youki, dir, req) {
+        let started = match oci {
+            Some(o) => super::oci_exec::stream(&o, dir, req),
+            None => start_exec(youki, dir, req).map_err(|e| (13, e)),
+        };
+        match started {
             Ok((pid, fds, which)) => {
                 let borrowed: Vec<BorrowedFd<'_>> = fds.iter().map(|f| f.as_fd()).collect();
                 let resp = ShimResponse {
@@ -218,12 +223,12 @@ impl Streams {
                     conn: sent.then_some(conn),
                 });
             }
-            Err(e) => {
+            Err((code, e)) => {
                 let _ = write_msg(
                     &mut conn,
                     &ShimResponse {
                         error: e,
-                        code: 13,
+                        code,
                         ..Default::default()
                     },
                 );
