@@ -7,7 +7,11 @@
 //! naming the key, and the CLI exits with code 2.
 
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+
+pub mod runtimes;
+pub use runtimes::RuntimeConfig;
 
 /// The default config file location.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/husk/config.toml";
@@ -37,6 +41,11 @@ pub struct Config {
     pub cgroup: CgroupConfig,
     pub streaming: StreamingConfig,
     pub cdi: CdiConfig,
+    /// The handler a pod that names none (`""`) runs under.
+    pub default_runtime: String,
+    /// The runtime handlers by name (`runtimes.rs`).
+    #[serde(deserialize_with = "runtimes::merge_defaults")]
+    pub runtimes: BTreeMap<String, RuntimeConfig>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -122,6 +131,8 @@ impl Default for Config {
             cgroup: CgroupConfig::default(),
             streaming: StreamingConfig::default(),
             cdi: CdiConfig::default(),
+            default_runtime: "husk".into(),
+            runtimes: runtimes::defaults(),
         }
     }
 }
@@ -270,7 +281,7 @@ impl Config {
                 self.cgroup.driver
             )));
         }
-        Ok(())
+        runtimes::validate(&self.runtimes, &self.default_runtime)
     }
 
     /// The documented default config, as printed by `husk config default`.
@@ -308,6 +319,8 @@ log_level = {log_level:?}
 log_format = {log_format:?}
 # The pause image that holds each pod's namespaces.
 sandbox_image = {sandbox_image:?}
+# The runtime handler of a pod that names none (a [runtimes.*] table).
+default_runtime = {default_runtime:?}
 
 [registry]
 # Per-registry host configuration in containerd's hosts.toml format:
@@ -349,7 +362,20 @@ token_ttl_secs = {ttl}
 # ask for by cdi_devices or cdi.k8s.io/ annotations, lowest priority first:
 # a device a later dir defines overrides an earlier one's.
 spec_dirs = [{cdi}]
-"#,
+
+# Runtime handlers: the names a RuntimeClass's handler may give. Each
+# table adds a handler or replaces a built-in one (husk, runc) by name.
+# type = "husk": husk's own path (youki's libcontainer in husk's shim).
+# type = "oci": an OCI runtime speaking runc's command line (runc, crun,
+#   runsc), driven by husk's shim, which stays the containers' monitor.
+#   path: its binary (a bare name is looked up on PATH); root: its state
+#   root (empty: <state>/runtimes/<name>); options: global flags before
+#   each command (--systemd-cgroup is added under the systemd driver);
+#   no_pivot_root: create --no-pivot.
+# privileged_without_host_devices: privileged containers get no host
+#   devices. pod_annotations: pod annotations (`*` globs) copied into the
+#   OCI spec. timeout_secs: how long one runtime call may take (1 to 20).
+{runtimes}"#,
             root = d.root.display().to_string(),
             state = d.state.display().to_string(),
             listen = d.listen.display().to_string(),
@@ -368,6 +394,8 @@ spec_dirs = [{cdi}]
             tls_cert = d.streaming.tls_cert,
             tls_key = d.streaming.tls_key,
             cdi = cdi.join(", "),
+            default_runtime = d.default_runtime,
+            runtimes = runtimes::to_toml(&d.runtimes),
         )
     }
 }

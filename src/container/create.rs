@@ -110,6 +110,9 @@ impl ContainerManager {
             .get(sandbox_id)
             .ok_or_else(|| SandboxError::NotFound(format!("pod sandbox {sandbox_id} not found")))?;
         let mut steps = crate::timing::Stages::new("CreateContainer");
+        // The pod's handler runs its containers too.
+        let handler = self.sandboxes.handlers().get(&pod.runtime_handler)?.clone();
+        let oci = handler.oci_request()?;
         let dir = self.dir(id);
         let userns_root = pod.userns.as_ref().map(|u| u.root());
         crate::store::modes::make_private(&dir)
@@ -251,6 +254,15 @@ impl ContainerManager {
         }
         super::mounts::check_recursive_read_only(c)
             .map_err(|SpecError(m)| SandboxError::Invalid(m))?;
+        if c.mounts.iter().any(|m| m.recursive_read_only)
+            && !handler.features(true, true).recursive_read_only_mounts
+        {
+            return Err(SandboxError::Invalid(format!(
+                "runtime handler {:?} cannot make mounts recursively read-only: its runtime's \
+                 `features` lists no rro mount option",
+                handler.name
+            )));
+        }
         if c.mounts.iter().any(|m| m.propagation != 0) {
             let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
             super::mounts::check_propagation(c, &mountinfo)
@@ -265,6 +277,15 @@ impl ContainerManager {
         let mut spec = spec::build(id, &c, &img, &who, &ctx)
             .map_err(|SpecError(m)| SandboxError::Invalid(m))?;
         crate::cdi::apply(&mut spec, &found.devices).map_err(SandboxError::Invalid)?;
+        if sc.privileged && !handler.config.privileged_without_host_devices {
+            super::host_devices::add(&mut spec);
+        }
+        let pod_config = self.sandboxes.saved_config(sandbox_id);
+        for (k, v) in handler.pod_annotations(&pod_config.annotations) {
+            if spec["annotations"].get(&k).is_none() {
+                spec["annotations"][k] = serde_json::json!(v);
+            }
+        }
         if let Some(u) = &pod.userns {
             crate::sandbox::spec::user_namespace(&mut spec, u);
         }
@@ -323,6 +344,7 @@ impl ContainerManager {
                 stdin_once: c.stdin_once,
                 tty: c.tty,
                 cgroups_path: cgroups_path.clone(),
+                oci,
                 ..Default::default()
             }),
         )?;

@@ -6,6 +6,7 @@
 
 mod create;
 mod exits;
+mod host_devices;
 mod idmapped;
 pub mod image_volumes;
 pub mod manager;

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 pub const RECORD_VERSION: u32 = 1;
-const SHIM_TIMEOUT: Duration = Duration::from_secs(30);
+const SHIM_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// What the sandbox manager needs from the config.
 #[derive(Debug, Clone)]
@@ -35,6 +35,8 @@ pub struct SandboxPaths {
     pub sandbox_image: String,
     /// The husk binary, run as `husk shim`.
     pub exe: PathBuf,
+    /// The runtime handlers pods may name.
+    pub handlers: Arc<super::handlers::Handlers>,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
@@ -125,10 +127,12 @@ pub(crate) fn shim_call(dir: &Path, request: Request) -> Result<ShimResponse, Sa
         SHIM_TIMEOUT,
     )
     .map_err(|e| SandboxError::Shim(format!("{}: {e}", dir.display())))?;
-    if resp.error.is_empty() {
-        Ok(resp)
-    } else {
-        Err(SandboxError::Shim(resp.error))
+    match resp.code {
+        _ if resp.error.is_empty() => Ok(resp),
+        // An OCI runtime that hung, or that failed.
+        4 => Err(SandboxError::Timeout(resp.error)),
+        9 => Err(SandboxError::NotRunning(resp.error)),
+        _ => Err(SandboxError::Shim(resp.error)),
     }
 }
 
@@ -202,6 +206,11 @@ impl SandboxManager {
 
     pub(super) fn lock_inner(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The runtime handlers pods may name.
+    pub fn handlers(&self) -> &super::handlers::Handlers {
+        &self.paths.handlers
     }
 
     pub fn sandbox_dir(&self, id: &str) -> PathBuf {

@@ -17,6 +17,7 @@
 //! next start (`recover.rs`).
 
 pub mod files;
+pub mod handlers;
 pub mod manager;
 mod pause;
 mod recover;
@@ -30,11 +31,6 @@ pub mod userns;
 pub mod validate;
 
 pub use manager::SandboxManager;
-
-/// The runtime handler names a pod may give besides `""` (the default):
-/// husk's own path under its name, and under `runc` for pods written
-/// for containerd's default handler.
-pub const RUNTIME_HANDLERS: [&str; 2] = ["husk", "runc"];
 
 use crate::error::Kind;
 

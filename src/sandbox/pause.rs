@@ -28,6 +28,8 @@ pub(super) struct PauseAsk<'a> {
     pub utsns: Option<&'a Path>,
     pub shm: Option<&'a Path>,
     pub cgroups_path: &'a str,
+    /// Pod annotations the handler passes into the spec.
+    pub annotations: &'a [(String, String)],
 }
 
 /// `uid[:gid]` from the pause image's User (names fall back to 0); an id
@@ -104,7 +106,7 @@ impl SandboxManager {
         if let Some(g) = sc.run_as_group {
             gid = g.value as u32;
         }
-        let config = spec::pause(&spec::PauseSpec {
+        let mut config = spec::pause(&spec::PauseSpec {
             args,
             env,
             uid,
@@ -134,6 +136,9 @@ impl SandboxManager {
                 .map_err(|crate::security::ProfileError(m)| SandboxError::Invalid(m))?
             },
         });
+        for (k, v) in a.annotations {
+            config["annotations"][k] = serde_json::json!(v);
+        }
         atomic::write_state_json(&bundle.join("config.json"), &config)
             .map_err(SandboxError::io("write pause config"))?;
         Ok(bundle)

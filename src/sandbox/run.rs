@@ -44,6 +44,11 @@ impl Undo {
     }
 }
 
+/// Whether husk's own path can run pods in user namespaces here.
+fn userns_supported(root: &std::path::Path) -> bool {
+    crate::idmap::Support::cached(root).pods()
+}
+
 fn mode(c: &PodSandboxConfig) -> (NamespaceMode, NamespaceMode, NamespaceMode) {
     let ns = c
         .linux
@@ -62,6 +67,10 @@ struct Asked<'a> {
     /// The pause image, for a pod that has a pause.
     image: Option<crate::image::ImageRecord>,
     runtime_handler: String,
+    /// What the shim runs the pause with (None: husk's own path).
+    oci: Option<crate::api::shim::OciRuntime>,
+    /// The pod annotations its handler passes into OCI specs.
+    spec_annotations: Vec<(String, String)>,
     userns: &'a Userns,
     /// The spare whose id is `id`, if the pod took one.
     spare: Option<Taken>,
@@ -86,6 +95,21 @@ impl SandboxManager {
                 ipc == NamespaceMode::Node,
             )
             .map_err(SandboxError::Invalid)?;
+        let handler = self.paths.handlers.get(&runtime_handler)?;
+        let oci = handler.oci_request()?;
+        if oci.is_some()
+            && matches!(userns, Userns::Pod { .. })
+            && !handler
+                .features(true, userns_supported(&self.paths.root))
+                .user_namespaces
+        {
+            return Err(SandboxError::Invalid(format!(
+                "runtime handler {:?} cannot run a pod in a user namespace: its runtime does \
+                 not idmap mounts (its `features` lists no linux.mountExtensions.idmap)",
+                handler.name
+            )));
+        }
+        let spec_annotations = handler.pod_annotations(&config.annotations);
         let md = config.metadata.clone().unwrap_or_default();
         let name = format!("{}_{}_{}_{}", md.name, md.namespace, md.uid, md.attempt);
         let id = format!("{:032x}", rand::random::<u128>());
@@ -144,6 +168,8 @@ impl SandboxManager {
                 c: &config,
                 image,
                 runtime_handler,
+                oci,
+                spec_annotations,
                 userns: &userns,
                 spare,
                 steps,
@@ -191,6 +217,8 @@ impl SandboxManager {
             c,
             image,
             runtime_handler,
+            oci,
+            spec_annotations,
             userns,
             mut spare,
             mut steps,
@@ -390,6 +418,7 @@ impl SandboxManager {
                     utsns: utsns.as_deref(),
                     shm: shm.as_deref(),
                     cgroups_path: &cgroups_path,
+                    annotations: &spec_annotations,
                 },
                 undo,
                 &mut steps,
@@ -414,6 +443,7 @@ impl SandboxManager {
                     bundle: bundle.display().to_string(),
                     start: true,
                     cgroups_path: cgroups_path.clone(),
+                    oci: oci.clone(),
                     ..Default::default()
                 }),
             )?;

@@ -18,10 +18,16 @@ use super::manager::*;
 
 impl SandboxManager {
     /// When the pod's shim is gone (killed) but container `container` still
-    /// has libcontainer state, starts a fresh shim to clean it up.
+    /// has a runtime's state (libcontainer's, or the record of the OCI
+    /// runtime that runs it), starts a fresh shim to clean it up.
     pub fn ensure_shim(&self, sandbox_id: &str, container: &str) -> Result<(), SandboxError> {
         let shim_dir = self.shim_dir(sandbox_id);
-        if client::pid(&shim_dir).is_none() && shim_dir.join("youki").join(container).exists() {
+        let state = shim_dir.join("youki").join(container).exists()
+            || shim_dir
+                .join("oci")
+                .join(format!("{container}.json"))
+                .exists();
+        if client::pid(&shim_dir).is_none() && state {
             client::ensure(&self.paths.exe, &shim_dir)
                 .map_err(|e| SandboxError::Shim(e.to_string()))?;
         }
@@ -185,7 +191,7 @@ impl SandboxManager {
         let shim_dir = self.shim_dir(id);
         let t0 = Instant::now();
         let mut steps = crate::timing::Stages::new("RemovePodSandbox");
-        tracing::debug!(pod_sandbox_id = %id, shim = ?client::pid(&shim_dir), state = shim_dir.join("youki").join(id).exists(), "removing");
+        tracing::debug!(pod_sandbox_id = %id, shim = ?client::pid(&shim_dir), "removing");
         self.ensure_shim(id, id)?;
         let shim = client::pid(&shim_dir).is_some();
         if shim && rec.has_pause() {

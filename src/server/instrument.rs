@@ -17,6 +17,8 @@ use tonic::Status;
 /// What every service shares.
 pub struct State {
     pub cfg: Config,
+    /// The runtime handlers of `cfg`.
+    pub handlers: Arc<crate::sandbox::handlers::Handlers>,
     images: OnceLock<Arc<ImageManager>>,
     sandboxes: OnceLock<Arc<crate::sandbox::SandboxManager>>,
     containers: OnceLock<Arc<crate::container::manager::ContainerManager>>,
@@ -29,7 +31,9 @@ pub type EventHub = crate::events::Hub<crate::api::cri::ContainerEventResponse>;
 
 impl State {
     pub fn new(cfg: Config) -> State {
+        let systemd = crate::cgroup::Driver::current() == crate::cgroup::Driver::Systemd;
         State {
+            handlers: Arc::new(crate::sandbox::handlers::Handlers::new(&cfg, systemd)),
             cfg,
             images: OnceLock::new(),
             sandboxes: OnceLock::new(),

@@ -144,6 +144,7 @@ pub async fn serve(cfg: Config) -> anyhow::Result<()> {
         cni_timeout: std::time::Duration::from_secs(cfg.cni.plugin_timeout_secs),
         sandbox_image: cfg.sandbox_image.clone(),
         exe: sealed_exe(&cfg)?,
+        handlers: state.handlers.clone(),
     };
     let root = cfg.root.clone();
     let cdi_dirs = cfg.cdi.spec_dirs.clone();

@@ -33,6 +33,16 @@ pub async fn setup(extra: Vec<serde_json::Value>) -> Pod {
 /// `setup` with CNI plugins searched in `bin_dirs` (colon-separated) and
 /// more server flags.
 pub async fn setup_with(extra: Vec<serde_json::Value>, bin_dirs: &str, args: Vec<String>) -> Pod {
+    setup_config(extra, bin_dirs, args, "").await
+}
+
+/// `setup_with`, the server's config file holding `config`.
+pub async fn setup_config(
+    extra: Vec<serde_json::Value>,
+    bin_dirs: &str,
+    args: Vec<String>,
+    config: &str,
+) -> Pod {
     let reg = Registry::start();
     Pusher::new(&reg)
         .image("k8s/pause", "test", &pause_image(), Format::Oci)
@@ -46,7 +56,7 @@ pub async fn setup_with(extra: Vec<serde_json::Value>, bin_dirs: &str, args: Vec
         bin_dirs.into(),
     ];
     flags.extend(args);
-    let h = Husk::start_with(flags).await;
+    let h = Husk::start_with_config(flags, config).await;
     net.write(&h.dir.path().join("net.d"), extra);
     Pod {
         cgroup_parent: format!("husk-test-{:08x}", rand::random::<u32>()),
@@ -138,11 +148,20 @@ pub fn config(name: &str) -> PodSandboxConfig {
 }
 
 pub async fn run(h: &Husk, c: PodSandboxConfig) -> Result<String, tonic::Status> {
+    run_under(h, c, "").await
+}
+
+/// RunPodSandbox under runtime handler `handler`.
+pub async fn run_under(
+    h: &Husk,
+    c: PodSandboxConfig,
+    handler: &str,
+) -> Result<String, tonic::Status> {
     h.runtime()
         .await
         .run_pod_sandbox(RunPodSandboxRequest {
             config: Some(c),
-            runtime_handler: String::new(),
+            runtime_handler: handler.into(),
         })
         .await
         .map(|r| r.into_inner().pod_sandbox_id)

@@ -33,11 +33,17 @@ impl Husk {
     }
 
     pub async fn start_with(extra: Vec<String>) -> Husk {
+        Husk::start_with_config(extra, "").await
+    }
+
+    /// A server whose config file holds `config` (flags still win).
+    pub async fn start_with_config(extra: Vec<String>, config: &str) -> Husk {
         let dir = tempfile::Builder::new()
             .prefix("husk-test-")
             .tempdir()
             .unwrap();
         std::fs::create_dir_all(dir.path().join("certs.d")).unwrap();
+        std::fs::write(dir.path().join("none.toml"), config).unwrap();
         let mut h = Husk {
             dir,
             child: None,
@@ -85,8 +91,12 @@ impl Husk {
     }
 
     pub async fn spawn(&mut self) {
-        // An explicit (empty) config file: the flags carry everything.
-        std::fs::write(self.dir.path().join("none.toml"), "").unwrap();
+        // An explicit config file (empty unless the test gave one): the
+        // flags carry the rest.
+        let config = self.dir.path().join("none.toml");
+        if !config.exists() {
+            std::fs::write(config, "").unwrap();
+        }
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)

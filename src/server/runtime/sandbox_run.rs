@@ -14,15 +14,7 @@ pub async fn handle(
     let config = req
         .config
         .ok_or_else(|| Status::invalid_argument("config is required"))?;
-    if !req.runtime_handler.is_empty()
-        && !crate::sandbox::RUNTIME_HANDLERS.contains(&req.runtime_handler.as_str())
-    {
-        return Err(Status::invalid_argument(format!(
-            "runtime handler {:?} is not configured (husk accepts {:?}, and \"\" for the default)",
-            req.runtime_handler,
-            crate::sandbox::RUNTIME_HANDLERS
-        )));
-    }
+    state.handlers.get(&req.runtime_handler)?;
     let id = sandboxes.run(config, req.runtime_handler).await?;
     if let Ok(c) = state.containers() {
         c.emit_sandbox(Kind::Created, &id, None);

@@ -2,15 +2,14 @@
 //! husk has (recursive read-only mounts where the kernel has
 //! mount_setattr(2), SupplementalGroupsPolicy and ContainerUser; user
 //! namespaces where the root's filesystem and tmpfs can be idmapped), for
-//! every handler name husk accepts.
+//! every configured runtime handler whose runtime is there.
 //!
 //! RuntimeReady is true once recovery is done. NetworkReady follows the CNI
 //! config dir: false with reason NetworkPluginNotReady while it holds no
 //! network config, as containerd reports.
 
 use crate::api::cri::{
-    RuntimeCondition, RuntimeFeatures, RuntimeHandler, RuntimeHandlerFeatures, RuntimeStatus,
-    StatusRequest, StatusResponse,
+    RuntimeCondition, RuntimeFeatures, RuntimeHandler, RuntimeStatus, StatusRequest, StatusResponse,
 };
 use crate::server::instrument::State;
 use std::collections::HashMap;
@@ -33,21 +32,16 @@ pub fn has_cni_config(dir: &Path) -> bool {
         .unwrap_or(false)
 }
 
-/// One entry per handler name a pod may give (`""` the default among
-/// them): the kubelet looks a RuntimeClass's handler up by name. They
-/// are one path today, so their features are the same.
+/// One entry per handler a pod may name (`""`, the default, first), each
+/// with what it can do: husk's own path what this kernel and root allow,
+/// an OCI runtime as much of that as its `features` claims
+/// (`sandbox/handlers.rs`). The kubelet looks a RuntimeClass's handler up
+/// by name.
 fn handlers(state: &State) -> Vec<RuntimeHandler> {
-    let features = RuntimeHandlerFeatures {
-        recursive_read_only_mounts: crate::container::mounts::recursive_read_only_supported(),
-        user_namespaces: crate::idmap::Support::cached(&state.cfg.root).pods(),
-    };
-    std::iter::once("")
-        .chain(crate::sandbox::RUNTIME_HANDLERS)
-        .map(|name| RuntimeHandler {
-            name: name.to_string(),
-            features: Some(features),
-        })
-        .collect()
+    state.handlers.status(
+        crate::container::mounts::recursive_read_only_supported(),
+        crate::idmap::Support::cached(&state.cfg.root).pods(),
+    )
 }
 
 pub async fn handle(state: &State, req: StatusRequest) -> Result<StatusResponse, Status> {
