@@ -144,6 +144,13 @@ enum Cmd {
         /// Pod counts at which the sandbox benchmark measures memory.
         #[arg(long, default_value = "1,10,50")]
         pods: String,
+        /// The runtime handler the pods name (a RuntimeClass's handler;
+        /// "": each runtime's default).
+        #[arg(long, default_value = "", hide_default_value = true)]
+        runtime_handler: String,
+        /// The handler on --vs, when not the same name.
+        #[arg(long)]
+        vs_runtime_handler: Option<String>,
         /// `--ops pod-startup`: the cluster to measure (a Deployment per node).
         #[arg(long)]
         kubeconfig: Option<PathBuf>,
@@ -448,6 +455,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             pods,
             json,
             breakdown,
+            runtime_handler,
+            vs_runtime_handler,
             ..
         } => runtime()?.block_on(husk::bench::cli::run(husk::bench::cli::BenchArgs {
             endpoint,
@@ -458,6 +467,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             pods,
             json,
             breakdown,
+            handler: runtime_handler,
+            vs_handler: vs_runtime_handler,
         })),
         Cmd::Shim { .. } => Ok(()),
         Cmd::Exec { s, container, cmd } => {

@@ -320,3 +320,33 @@ timeout_secs = 1
     assert_eq!(runc_state(&p), Vec::<String>::new());
     assert_eq!(leftovers(&p), Vec::<String>::new());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn images_are_pulled_for_any_configured_handler() {
+    if !common::require_root() {
+        return;
+    }
+    let p = pod::setup(vec![]).await;
+    let app = app_image(&p).await;
+    let pull = |handler: &str| {
+        let (h, app, handler) = (&p.h, app.clone(), handler.to_string());
+        async move {
+            h.images()
+                .await
+                .pull_image(PullImageRequest {
+                    image: Some(ImageSpec {
+                        image: app,
+                        runtime_handler: handler,
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                })
+                .await
+        }
+    };
+    let id = pull("runc").await.unwrap().into_inner().image_ref;
+    assert_eq!(pull("").await.unwrap().into_inner().image_ref, id);
+    let e = pull("kata").await.unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+    assert!(e.message().contains("\"runc\""), "{e:?}");
+}

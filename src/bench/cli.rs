@@ -15,6 +15,9 @@ pub struct BenchArgs {
     pub json: bool,
     /// Also the stage-by-stage breakdown of a pod's lifecycle.
     pub breakdown: bool,
+    /// The runtime handler pods name on `endpoint`, and on `vs`.
+    pub handler: String,
+    pub vs_handler: Option<String>,
 }
 
 /// Runs the requested operations against each endpoint and prints the
@@ -22,8 +25,11 @@ pub struct BenchArgs {
 pub async fn run(a: BenchArgs) -> anyhow::Result<()> {
     use super::*;
     let mut targets = vec![Target::connect("runtime", &a.endpoint).await?];
+    targets[0].handler = a.handler.clone();
     if let Some(v) = &a.vs {
-        targets.push(Target::connect("vs", v).await?);
+        let mut t = Target::connect("vs", v).await?;
+        t.handler = a.vs_handler.clone().unwrap_or_else(|| a.handler.clone());
+        targets.push(t);
     }
     for t in targets.iter_mut() {
         let v = t
@@ -34,6 +40,9 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<()> {
             .await?
             .into_inner();
         t.name = format!("{} {}", v.runtime_name, v.runtime_version);
+        if !t.handler.is_empty() {
+            t.name = format!("{} ({})", t.name, t.handler);
+        }
     }
     let mut report = serde_json::Map::new();
     report.insert("load_before".into(), loadavg().into());

@@ -79,6 +79,8 @@ pub struct Target {
     /// The pods' cgroup parent in the form the runtime's cgroup driver
     /// takes (RuntimeConfig): `husk-bench.slice` or `/husk-bench`.
     pub cgroup_parent: String,
+    /// The runtime handler its pods name (`""`: its default).
+    pub handler: String,
 }
 
 impl Target {
@@ -123,6 +125,7 @@ impl Target {
             } else {
                 "/husk-bench".into()
             },
+            handler: String::new(),
         })
     }
 

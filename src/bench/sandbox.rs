@@ -65,7 +65,7 @@ impl Target {
             .runtime
             .run_pod_sandbox(RunPodSandboxRequest {
                 config: Some(c),
-                runtime_handler: String::new(),
+                runtime_handler: self.handler.clone(),
             })
             .await?
             .into_inner()

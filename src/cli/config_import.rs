@@ -6,8 +6,10 @@
 //! unchanged), `sandbox_image`, the CNI `bin_dir`/`bin_dirs` and
 //! `conf_dir`, `max_concurrent_downloads`, the streaming server's address,
 //! port and TLS pair. `restrict_oom_score_adj` needs no setting: husk always
-//! clamps oom_score_adj to what it may set. Everything else that a node's
-//! config commonly sets is named in the notes.
+//! clamps oom_score_adj to what it may set. The runc-shim runtimes
+//! (`runtimes.*`) become OCI runtime handlers (`config_runtimes.rs`).
+//! Everything else that a node's config commonly sets is named in the
+//! notes.
 
 use crate::config::{Config, ConfigError};
 use std::path::{Path, PathBuf};
@@ -285,13 +287,29 @@ pub fn convert(src: &str) -> Result<Imported, ConfigError> {
         c.cgroup.driver
     ));
     if let Some(rt) = get(&v, &runtimes_ref).and_then(Value::as_table) {
-        for (name, _) in rt {
-            if name != "runc" {
-                left.push(format!(
-                    "{}.{name}: husk has one runtime handler (libcontainer); RuntimeClass {name:?} is not served",
-                    key(&runtimes)
-                ));
+        let base = key(&runtimes);
+        for (name, t) in rt {
+            match super::config_runtimes::convert(name, t, systemd.unwrap_or(false)) {
+                Ok((h, notes)) => {
+                    carried.push(format!(
+                        "{base}.{name} -> runtimes.{name} (type \"oci\", {})",
+                        h.path
+                    ));
+                    left.extend(notes.into_iter().map(|n| format!("{base}.{name}: {n}")));
+                    c.runtimes.insert(name.clone(), h);
+                }
+                Err(why) => left.push(format!("{base}.{name}: {why}")),
             }
+        }
+        if default_rt != "runc" && c.runtimes.contains_key(&default_rt) {
+            c.default_runtime = default_rt.clone();
+            carried.push(format!(
+                "default_runtime_name {default_rt:?} -> default_runtime"
+            ));
+        } else {
+            left.push(format!(
+                "default_runtime_name {default_rt:?}: default_runtime stays \"husk\" (husk's own path); set default_runtime = {default_rt:?} to run pods that name no handler under it"
+            ));
         }
     }
     let snap = at(&runtime, &["containerd", "snapshotter"]);
@@ -337,6 +355,13 @@ root = "/var/lib/containerd"
       endpoint = ["https://mirror.example"]
   [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
     SystemdCgroup = true
+  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.crun]
+    runtime_type = "io.containerd.runc.v2"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.crun.options]
+      BinaryName = "/usr/bin/crun"
+      SystemdCgroup = true
+  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.kata]
+    runtime_type = "io.containerd.kata.v2"
 "#,
         )
         .expect("convert");
@@ -360,6 +385,14 @@ root = "/var/lib/containerd"
         assert!(left.contains("grpc.address"), "{left}");
         assert_eq!(i.config.cgroup.driver, "systemd");
         assert!(i.carried.join("\n").contains("SystemdCgroup (true)"));
+        assert_eq!(i.config.runtimes["crun"].path, "/usr/bin/crun");
+        assert!(i.config.runtimes["crun"].is_oci());
+        assert!(!i.config.runtimes.contains_key("kata"));
+        assert!(
+            left.contains("runtimes.kata") && left.contains("containerd shim"),
+            "{left}"
+        );
+        assert_eq!(i.config.default_runtime, "husk");
         let back = Config::parse(&i.render(Path::new("/etc/containerd/config.toml")))
             .expect("the output parses as a husk config");
         assert_eq!(back, i.config);

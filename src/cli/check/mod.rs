@@ -9,8 +9,10 @@
 //! the host wants against the configured one, CAP_SYS_RESOURCE,
 //! the root directory's filesystem (an overlay mount is tried there), the
 //! CNI config and the plugins its first network names, the sandbox image,
-//! the socket, seccomp and AppArmor. It changes nothing it does not undo.
+//! the socket, seccomp and AppArmor, and each runtime handler's runtime.
+//! It changes nothing it does not undo.
 
+mod handlers;
 mod node;
 
 use crate::cgroup::{Driver, Layout};
@@ -69,6 +71,7 @@ pub async fn run_all(cfg: &Config) -> Vec<Check> {
         &crate::idmap::Support::probe(&cfg.root),
         reach,
     ));
+    out.extend(handlers::handlers(cfg));
     out
 }
 

@@ -1,5 +1,9 @@
 //! PullImage: credentials from the request, then the image store's pull.
 //! Answers the image ID (the config digest), as containerd does.
+//!
+//! `image.runtime_handler` (the RuntimeClass the image is pulled for) must
+//! name a configured handler; every handler runs this node's platform
+//! from the one store, so the pull is the same for each.
 
 use crate::api::cri::{PullImageRequest, PullImageResponse};
 use crate::image::auth::Credentials;
@@ -9,6 +13,9 @@ use tonic::Status;
 pub async fn handle(state: &State, req: PullImageRequest) -> Result<PullImageResponse, Status> {
     let images = state.images()?;
     let name = super::spec_name(req.image.as_ref())?;
+    if let Some(h) = req.image.as_ref().map(|i| &i.runtime_handler) {
+        state.handlers.get(h)?;
+    }
     let creds = match &req.auth {
         Some(a) => Credentials::from_cri(
             &a.username,
