@@ -8,7 +8,8 @@ packages=(
   containernetworking-plugins  # bridge, host-local, portmap, loopback (/usr/lib/cni)
   busybox-static               # test image content
   skopeo umoci                 # image tools (archives, demo image)
-  containerd runc              # the peer, for side-by-side benchmarks
+  containerd runc              # the peer, for side-by-side benchmarks; runc, an OCI handler
+  crun                         # an OCI handler of the cgroup v2 node VM (tests/node_vm/handlers.rs)
   libseccomp-dev               # seccomp for containers (libseccomp.a: a static build)
   libc6-dev                    # libc.a: husk is one static executable
   libelf-dev zlib1g-dev        # libbpf (cgroup v2 device programs)

@@ -28,6 +28,8 @@
 //! - `security.rs`: no runtime descriptor at a payload's execve, and the
 //!   sealed binary of the shims (a memfd copy where overlayfs refuses the
 //!   guest's share), on this kernel.
+//! - `handlers.rs`: OCI runtime handlers (Debian's crun, and runc) on v2
+//!   and under the systemd driver: limits, execs, OOM kills, stops, scopes.
 //! - `kernel.rs`: `husk check`, AppArmor (husk's default profile, Localhost
 //!   profiles, an unloaded one), seccomp and mount propagation on this
 //!   kernel.
@@ -36,6 +38,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod handlers;
 mod kernel;
 mod lifecycle;
 mod limits;
@@ -54,7 +57,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Guest tests, by name: the host test expects each to pass.
-const GUEST_TESTS: [&str; 7] = [
+const GUEST_TESTS: [&str; 8] = [
+    "handlers::guest_oci_handlers_crun_and_runc",
     "kernel::guest_check_apparmor_seccomp_propagation",
     "lifecycle::guest_exec_attach_port_forward_restart_and_cleanup",
     "limits::guest_limits_devices_updates_and_stats",
@@ -65,7 +69,8 @@ const GUEST_TESTS: [&str; 7] = [
 ];
 
 /// The systemd node's guest tests, by name.
-const SYSTEMD_TESTS: [&str; 4] = [
+const SYSTEMD_TESTS: [&str; 5] = [
+    "handlers::in_systemd_vm_oci_handler_scopes",
     "package::in_systemd_vm_the_package_under_systemd",
     "systemd::in_systemd_vm_kubelet_pod_slices",
     "systemd::in_systemd_vm_no_dbus_is_a_clear_error",

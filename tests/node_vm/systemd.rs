@@ -25,7 +25,7 @@ fn systemctl(args: &[&str]) -> String {
 }
 
 /// `systemctl show -p P --value unit`.
-fn prop(unit: &str, p: &str) -> String {
+pub(super) fn prop(unit: &str, p: &str) -> String {
     systemctl(&["show", "-p", p, "--value", unit])
 }
 
@@ -45,7 +45,7 @@ fn husk_units() -> Vec<String> {
 
 /// A pod slice as the kubelet makes one (a unit with the pod's limits),
 /// `husktest-pod<n>.slice` under `husktest.slice`.
-fn pod_slice(memory_max: Option<u64>) -> String {
+pub(super) fn pod_slice(memory_max: Option<u64>) -> String {
     let name = format!("husktest-pod{:08x}.slice", rand::random::<u32>());
     let mut unit = "[Slice]\n".to_string();
     if let Some(m) = memory_max {
@@ -57,7 +57,7 @@ fn pod_slice(memory_max: Option<u64>) -> String {
     name
 }
 
-fn drop_slice(name: &str) {
+pub(super) fn drop_slice(name: &str) {
     let _ = Command::new("systemctl").args(["stop", name]).status();
     let _ = std::fs::remove_file(Path::new("/run/systemd/system").join(name));
     systemctl(&["daemon-reload"]);
