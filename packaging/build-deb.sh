@@ -17,7 +17,7 @@ tree=$(mktemp -d)
 trap 'rm -rf "$tree"' EXIT
 chmod 0755 "$tree"
 
-install -d "$tree/DEBIAN" "$tree/usr/bin" "$tree/lib/systemd/system" "$tree/etc/husk" \
+install -d "$tree/DEBIAN" "$tree/usr/bin" "$tree/lib/systemd/system" "$tree/etc/husk" "$tree/etc/husk/conf.d" \
   "$tree/usr/share/husk" "$tree/usr/share/doc/husk"
 install -m 0755 "$husk" "$tree/usr/bin/husk"
 strip --strip-unneeded --remove-section=.comment --remove-section=.note "$tree/usr/bin/husk"

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+pub mod layers;
 pub mod runtimes;
 pub use runtimes::RuntimeConfig;
 
@@ -166,19 +167,10 @@ impl Default for CgroupConfig {
 }
 
 impl Config {
-    /// Loads `path`; when `explicit` is false a missing file means defaults.
+    /// Loads `path` and its drop-ins (`layers.rs`); when `explicit` is
+    /// false a missing file means defaults.
     pub fn load(path: &Path, explicit: bool) -> Result<Config, ConfigError> {
-        match std::fs::read_to_string(path) {
-            Ok(text) => Config::parse(&text)
-                .map_err(|e| ConfigError(format!("config {}: {}", path.display(), e.0))),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !explicit => {
-                Ok(Config::default())
-            }
-            Err(e) => Err(ConfigError(format!(
-                "config {}: cannot read: {e}",
-                path.display()
-            ))),
-        }
+        layers::load(path, explicit).map(|l| l.config)
     }
 
     /// Parses TOML text (no validation beyond the schema).

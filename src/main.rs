@@ -2,7 +2,7 @@
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
-use husk::config::{Config, DEFAULT_CONFIG_PATH};
+use husk::config::Config;
 use std::path::PathBuf;
 
 #[derive(Parser)]
@@ -16,70 +16,15 @@ struct Cli {
     cmd: Cmd,
 }
 
-#[derive(clap::Args, Debug, Default)]
-struct ServeFlags {
-    /// Config file; flags override it [default: /etc/husk/config.toml; a
-    /// missing default file means built-in defaults].
-    #[arg(long)]
-    config: Option<PathBuf>,
-    /// Persistent state directory [default: /var/lib/husk].
-    #[arg(long)]
-    root: Option<PathBuf>,
-    /// Volatile state directory [default: /run/husk].
-    #[arg(long)]
-    state: Option<PathBuf>,
-    /// The CRI unix socket [default: /run/husk/husk.sock].
-    #[arg(long)]
-    listen: Option<PathBuf>,
-    /// hosts.toml directory, containerd's certs.d layout [default: /etc/husk/certs.d].
-    #[arg(long)]
-    registry_config_dir: Option<PathBuf>,
-    /// CNI network config directory [default: /etc/cni/net.d].
-    #[arg(long)]
-    cni_conf_dir: Option<PathBuf>,
-    /// CNI plugin directories, colon-separated [default: /opt/cni/bin:/usr/lib/cni].
-    #[arg(long)]
-    cni_bin_dir: Option<String>,
-    /// CDI spec directories, colon-separated, lowest priority first
-    /// [default: /etc/cdi:/var/run/cdi].
-    #[arg(long)]
-    cdi_spec_dirs: Option<String>,
-    /// Seconds a blob download may make no progress [default: 60].
-    #[arg(long)]
-    registry_stall_timeout: Option<u64>,
-    /// Seconds a CNI plugin may run before it is killed [default: 60].
-    #[arg(long)]
-    cni_plugin_timeout: Option<u64>,
-    /// The pause image [default: registry.k8s.io/pause:3.10].
-    #[arg(long)]
-    sandbox_image: Option<String>,
-    /// auto|systemd|cgroupfs: who makes pod cgroups; must match the
-    /// kubelet's cgroupDriver [default: auto].
-    #[arg(long)]
-    cgroup_driver: Option<String>,
-    /// trace|debug|info|warn|error [default: info]
-    #[arg(long)]
-    log_level: Option<String>,
-    /// text|json [default: text]
-    #[arg(long)]
-    log_format: Option<String>,
-    /// Streaming server ip:port, port 0 for a random one [default: 127.0.0.1:0].
-    #[arg(long)]
-    streaming_address: Option<String>,
-    /// Seconds a streaming URL stays valid [default: 60].
-    #[arg(long)]
-    streaming_token_ttl: Option<u64>,
-}
-
 #[derive(Subcommand)]
 enum Cmd {
     /// Serve CRI v1 on a unix socket.
-    Serve(ServeFlags),
+    Serve(husk::cli::serve_flags::ServeFlags),
     /// Preflight: what this host gives husk, one line per check with the
     /// fix (exit 0 ok, 1 warnings, 2 failures).
     Check {
         #[command(flatten)]
-        flags: ServeFlags,
+        flags: husk::cli::serve_flags::ServeFlags,
         /// Machine-readable output.
         #[arg(long)]
         json: bool,
@@ -272,6 +217,13 @@ enum ImagesCmd {
 enum ConfigCmd {
     /// Print the whole default config as documented TOML.
     Default,
+    /// Print the effective config (the file, its conf.d drop-ins and the
+    /// flags given here, as `husk serve` would take them), each value
+    /// followed by where it came from.
+    Dump {
+        #[command(flatten)]
+        flags: Box<husk::cli::serve_flags::ServeFlags>,
+    },
     /// Print a husk config carrying over what maps from a containerd
     /// config.toml, listing what cannot be carried and why.
     ImportContainerd {
@@ -279,70 +231,6 @@ enum ConfigCmd {
         #[arg(default_value = husk::cli::config_import::DEFAULT_CONTAINERD_CONFIG)]
         file: PathBuf,
     },
-}
-
-/// Config file + flags, validated; errors are one line, exit code 2.
-fn load_config(f: &ServeFlags) -> Result<Config, husk::config::ConfigError> {
-    let (path, explicit) = match &f.config {
-        Some(p) => (p.clone(), true),
-        None => (PathBuf::from(DEFAULT_CONFIG_PATH), false),
-    };
-    let mut c = Config::load(&path, explicit)?;
-    if let Some(v) = &f.root {
-        c.root = v.clone();
-    }
-    if let Some(v) = &f.state {
-        c.state = v.clone();
-    }
-    if let Some(v) = &f.listen {
-        c.listen = v.clone();
-    }
-    if let Some(v) = &f.registry_config_dir {
-        c.registry.config_dir = v.clone();
-    }
-    if let Some(v) = &f.cni_conf_dir {
-        c.cni.conf_dir = v.clone();
-    }
-    if let Some(v) = &f.cni_bin_dir {
-        c.cni.bin_dirs = v
-            .split(':')
-            .filter(|s| !s.is_empty())
-            .map(PathBuf::from)
-            .collect();
-    }
-    if let Some(v) = &f.cdi_spec_dirs {
-        c.cdi.spec_dirs = v
-            .split(':')
-            .filter(|s| !s.is_empty())
-            .map(PathBuf::from)
-            .collect();
-    }
-    if let Some(v) = f.registry_stall_timeout {
-        c.registry.stall_timeout_secs = v;
-    }
-    if let Some(v) = f.cni_plugin_timeout {
-        c.cni.plugin_timeout_secs = v;
-    }
-    if let Some(v) = &f.sandbox_image {
-        c.sandbox_image = v.clone();
-    }
-    if let Some(v) = &f.cgroup_driver {
-        c.cgroup.driver = v.clone();
-    }
-    if let Some(v) = &f.log_level {
-        c.log_level = v.clone();
-    }
-    if let Some(v) = &f.log_format {
-        c.log_format = v.clone();
-    }
-    if let Some(v) = &f.streaming_address {
-        c.streaming.address = v.clone();
-    }
-    if let Some(v) = f.streaming_token_ttl {
-        c.streaming.token_ttl_secs = v;
-    }
-    c.validate()?;
-    Ok(c)
 }
 
 /// `husk shim --dir DIR`, as the server spawns it, is recognised before
@@ -405,7 +293,7 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.cmd {
         Cmd::Serve(flags) => {
-            let cfg = load_config(&flags)?;
+            let cfg = husk::cli::serve_flags::load_config(&flags)?;
             husk::logging::init(&cfg.log_level, &cfg.log_format);
             husk::sys::limit_malloc_arenas();
             husk::sys::keep_inherited_to_self();
@@ -416,10 +304,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 .thread_keep_alive(std::time::Duration::from_secs(1))
                 .build()
                 .context("start async runtime")?
-                .block_on(husk::server::serve(cfg))
+                .block_on(husk::server::serve(
+                    cfg,
+                    Some(Box::new(move || {
+                        husk::cli::serve_flags::load_config(&flags)
+                    })),
+                ))
         }
         Cmd::Check { flags, json } => {
-            let cfg = load_config(&flags)?;
+            let cfg = husk::cli::serve_flags::load_config(&flags)?;
             let checks = runtime()?.block_on(husk::cli::check::run_all(&cfg));
             std::process::exit(husk::cli::check::report(&checks, json));
         }
@@ -534,6 +427,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             cmd: ConfigCmd::Default,
         } => {
             print!("{}", Config::default_toml());
+            Ok(())
+        }
+        Cmd::Config {
+            cmd: ConfigCmd::Dump { flags },
+        } => {
+            print!("{}", husk::cli::serve_flags::load_layered(&flags)?.dump());
             Ok(())
         }
         Cmd::Config {

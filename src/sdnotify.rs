@@ -1,4 +1,5 @@
-//! Telling systemd that a service has started (`sd_notify(READY=1)`), for
+//! Telling systemd that a service has started (`sd_notify(READY=1)`) or
+//! is reloading (`RELOADING=1`), for
 //! units with `Type=notify`: one datagram to `$NOTIFY_SOCKET`, a path or,
 //! with a leading `@`, an abstract socket name. Without the variable
 //! (not started by such a unit) nothing is sent.
@@ -19,6 +20,20 @@ pub fn ready() -> bool {
             false
         }
     }
+}
+
+/// Tells the unit's manager a reload began (READY=1 follows when it is
+/// done), with the monotonic time systemd asks of it.
+pub fn reloading() -> bool {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime(2) writes the timespec it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    let usec = now.tv_sec as u64 * 1_000_000 + now.tv_nsec as u64 / 1000;
+    let state = format!("RELOADING=1\nMONOTONIC_USEC={usec}");
+    notify(std::env::var_os("NOTIFY_SOCKET").as_deref(), &state).unwrap_or(false)
 }
 
 /// Sends `state` (`KEY=VALUE` lines) to `socket`; Ok(false) without one.

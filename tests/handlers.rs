@@ -127,6 +127,40 @@ async fn an_oci_handler_runs_pods_through_the_shim() {
         "{r:?}"
     );
 
+    // Its cgroup is husk's to read and update, whatever runs it.
+    let mut rt = p.h.runtime().await;
+    rt.update_container_resources(UpdateContainerResourcesRequest {
+        container_id: web.clone(),
+        linux: Some(LinuxContainerResources {
+            memory_limit_in_bytes: 96 << 20,
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let r = exec_sync(
+        &p.h,
+        &web,
+        &["/bin/cat", "/sys/fs/cgroup/memory/memory.limit_in_bytes"],
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&r.stdout).trim(),
+        (96u64 << 20).to_string()
+    );
+    let stats = rt
+        .container_stats(ContainerStatsRequest {
+            container_id: web.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .stats
+        .unwrap();
+    assert!(stats.memory.unwrap().working_set_bytes.unwrap().value > 0);
+
     // A server killed and restarted finds it running, and execs go on.
     p.h.kill9();
     p.h.restart().await;

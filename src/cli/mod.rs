@@ -7,6 +7,7 @@ pub mod images;
 pub mod kubelet;
 pub mod node_flags;
 pub mod run;
+pub mod serve_flags;
 pub mod stream;
 
 use tonic::transport::{Channel, Endpoint};

@@ -65,8 +65,11 @@ impl ContainerManager {
         let volumes = super::image_volumes::resolve(&self.images, &c)?;
         // CDI devices resolved before anything is made: never a container
         // without a device it asked for.
-        let devices = crate::cdi::resolve(&self.cdi_dirs, &crate::cdi::requested(&c))
-            .map_err(SandboxError::Invalid)?;
+        let devices = crate::cdi::resolve(
+            &self.cdi_dirs.read().unwrap_or_else(|p| p.into_inner()),
+            &crate::cdi::requested(&c),
+        )
+        .map_err(SandboxError::Invalid)?;
         let id = format!("{:032x}", rand::random::<u128>());
         let name = format!("{}_{}_{}", md.name, sandbox_id, md.attempt);
         {

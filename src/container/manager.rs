@@ -86,7 +86,8 @@ pub struct ContainerManager {
     pub(super) exits: super::exits::ExitWatch,
     pub(super) cpu_samples: super::stats::CpuSamples,
     /// Where CDI specs are read, lowest priority first (`cdi/`).
-    pub(super) cdi_dirs: Vec<PathBuf>,
+    /// CDI spec dirs (changed by a reload).
+    pub(super) cdi_dirs: std::sync::RwLock<Vec<PathBuf>>,
 }
 
 pub(super) fn err(e: impl std::fmt::Display) -> SandboxError {
@@ -147,7 +148,7 @@ impl ContainerManager {
             events,
             exits: super::exits::ExitWatch::new(),
             cpu_samples: Default::default(),
-            cdi_dirs: crate::cdi::default_dirs(),
+            cdi_dirs: std::sync::RwLock::new(crate::cdi::default_dirs()),
         };
         for dir in unfinished {
             let id = dir
@@ -260,8 +261,13 @@ impl ContainerManager {
     }
 
     /// Reads CDI specs from `dirs` (lowest priority first).
-    pub fn with_cdi_dirs(mut self, dirs: Vec<PathBuf>) -> Self {
-        self.cdi_dirs = dirs;
+    /// Resolves CDI devices against `dirs` from now on.
+    pub fn set_cdi_dirs(&self, dirs: Vec<PathBuf>) {
+        *self.cdi_dirs.write().unwrap_or_else(|p| p.into_inner()) = dirs;
+    }
+
+    pub fn with_cdi_dirs(self, dirs: Vec<PathBuf>) -> Self {
+        self.set_cdi_dirs(dirs);
         self
     }
 

@@ -178,6 +178,11 @@ impl ImageManager {
     /// Finds an image by ID (`sha256:…` or bare hex), by reference
     /// (`repo:tag`, `repo@digest`, short forms normalized), or by a unique
     /// ID prefix of at least 6 hex digits.
+    /// Reads registry hosts from `dir` from now on (a reload).
+    pub fn set_registry_config_dir(&self, dir: std::path::PathBuf) {
+        self.registry.set_config_dir(dir);
+    }
+
     pub fn find(&self, spec: &str) -> Option<ImageRecord> {
         let spec = spec.trim();
         if spec.is_empty() {

@@ -41,7 +41,8 @@ type TokenKey = (String, String, String);
 
 /// Talks to registries; shared by all pulls.
 pub struct RegistryClient {
-    config_dir: PathBuf,
+    /// The hosts.toml dir (changed by a reload).
+    config_dir: std::sync::RwLock<PathBuf>,
     clients: Mutex<HashMap<ClientKey, reqwest::Client>>,
     tokens: Mutex<HashMap<TokenKey, (String, Instant)>>,
 }
@@ -49,10 +50,15 @@ pub struct RegistryClient {
 impl RegistryClient {
     pub fn new(config_dir: PathBuf) -> RegistryClient {
         RegistryClient {
-            config_dir,
+            config_dir: std::sync::RwLock::new(config_dir),
             clients: Mutex::new(HashMap::new()),
             tokens: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Reads hosts.toml files from `dir` from now on.
+    pub fn set_config_dir(&self, dir: PathBuf) {
+        *self.config_dir.write().unwrap_or_else(|p| p.into_inner()) = dir;
     }
 
     fn client(&self, ep: &Endpoint) -> Result<reqwest::Client, ImageError> {
@@ -191,10 +197,13 @@ impl RegistryClient {
         creds: &Credentials,
         usable: impl Fn(&Endpoint) -> bool,
     ) -> Result<Response, ImageError> {
-        let eps: Vec<Endpoint> = hosts::endpoints(&self.config_dir, &r.domain)?
-            .into_iter()
-            .filter(|e| usable(e))
-            .collect();
+        let eps: Vec<Endpoint> = hosts::endpoints(
+            &self.config_dir.read().unwrap_or_else(|p| p.into_inner()),
+            &r.domain,
+        )?
+        .into_iter()
+        .filter(|e| usable(e))
+        .collect();
         if eps.is_empty() {
             return Err(ImageError::Config(format!(
                 "no registry host for {} may serve {kind} (check capabilities in hosts.toml)",

@@ -41,6 +41,25 @@ pub struct Handlers {
     by_name: BTreeMap<String, Handler>,
 }
 
+/// The handlers in force: a reload replaces them whole; a pod keeps the
+/// handler it was run with by name.
+#[derive(Debug)]
+pub struct Live(std::sync::RwLock<std::sync::Arc<Handlers>>);
+
+impl Live {
+    pub fn new(h: Handlers) -> Live {
+        Live(std::sync::RwLock::new(std::sync::Arc::new(h)))
+    }
+
+    pub fn current(&self) -> std::sync::Arc<Handlers> {
+        self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    pub fn set(&self, h: Handlers) {
+        *self.0.write().unwrap_or_else(|p| p.into_inner()) = std::sync::Arc::new(h);
+    }
+}
+
 /// What an OCI runtime can do, as its `features` says.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct OciFeatures {

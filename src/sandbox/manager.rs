@@ -32,11 +32,12 @@ pub struct SandboxPaths {
     pub cni_bin_dirs: Vec<PathBuf>,
     /// How long a CNI plugin may run.
     pub cni_timeout: Duration,
-    pub sandbox_image: String,
+    /// The pause image (changed by a reload).
+    pub sandbox_image: Arc<std::sync::RwLock<String>>,
     /// The husk binary, run as `husk shim`.
     pub exe: PathBuf,
-    /// The runtime handlers pods may name.
-    pub handlers: Arc<super::handlers::Handlers>,
+    /// The runtime handlers pods may name (changed by a reload).
+    pub handlers: Arc<super::handlers::Live>,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
@@ -208,9 +209,18 @@ impl SandboxManager {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The runtime handlers pods may name.
-    pub fn handlers(&self) -> &super::handlers::Handlers {
-        &self.paths.handlers
+    /// The runtime handlers pods may name now.
+    pub fn handlers(&self) -> Arc<super::handlers::Handlers> {
+        self.paths.handlers.current()
+    }
+
+    /// The pause image now.
+    pub fn sandbox_image(&self) -> String {
+        self.paths
+            .sandbox_image
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     pub fn sandbox_dir(&self, id: &str) -> PathBuf {

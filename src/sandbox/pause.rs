@@ -87,7 +87,7 @@ impl SandboxManager {
         if args.is_empty() {
             return Err(SandboxError::Invalid(format!(
                 "sandbox image {} has no entrypoint or command",
-                self.paths.sandbox_image
+                a.image.id
             )));
         }
         let mut env = defaults.env.unwrap_or_default();

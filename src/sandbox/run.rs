@@ -95,7 +95,8 @@ impl SandboxManager {
                 ipc == NamespaceMode::Node,
             )
             .map_err(SandboxError::Invalid)?;
-        let handler = self.paths.handlers.get(&runtime_handler)?;
+        let handlers = self.handlers();
+        let handler = handlers.get(&runtime_handler)?;
         let oci = handler.oci_request()?;
         if oci.is_some()
             && matches!(userns, Userns::Pod { .. })
@@ -128,14 +129,14 @@ impl SandboxManager {
             m.lock_inner().names.remove(&name);
         };
         // Only a pod whose containers share a PID namespace has a pause.
-        let found =
-            (pid == NamespaceMode::Pod).then(|| self.images.find(&self.paths.sandbox_image));
+        let sandbox_image = self.sandbox_image();
+        let found = (pid == NamespaceMode::Pod).then(|| self.images.find(&sandbox_image));
         steps.end("image");
         let image = match found {
             Some(Some(r)) => Ok(Some(r)),
             Some(None) => self
                 .images
-                .pull(&self.paths.sandbox_image, &Default::default())
+                .pull(&sandbox_image, &Default::default())
                 .await
                 .map(Some),
             None => Ok(None),

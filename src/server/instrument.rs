@@ -17,8 +17,10 @@ use tonic::Status;
 /// What every service shares.
 pub struct State {
     pub cfg: Config,
-    /// The runtime handlers of `cfg`.
-    pub handlers: Arc<crate::sandbox::handlers::Handlers>,
+    /// The runtime handlers of `cfg` (then of each reload's).
+    pub handlers: Arc<crate::sandbox::handlers::Live>,
+    /// The pause image (then each reload's).
+    pub sandbox_image: Arc<std::sync::RwLock<String>>,
     images: OnceLock<Arc<ImageManager>>,
     sandboxes: OnceLock<Arc<crate::sandbox::SandboxManager>>,
     containers: OnceLock<Arc<crate::container::manager::ContainerManager>>,
@@ -33,7 +35,10 @@ impl State {
     pub fn new(cfg: Config) -> State {
         let systemd = crate::cgroup::Driver::current() == crate::cgroup::Driver::Systemd;
         State {
-            handlers: Arc::new(crate::sandbox::handlers::Handlers::new(&cfg, systemd)),
+            handlers: Arc::new(crate::sandbox::handlers::Live::new(
+                crate::sandbox::handlers::Handlers::new(&cfg, systemd),
+            )),
+            sandbox_image: Arc::new(std::sync::RwLock::new(cfg.sandbox_image.clone())),
             cfg,
             images: OnceLock::new(),
             sandboxes: OnceLock::new(),

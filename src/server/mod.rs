@@ -13,6 +13,7 @@ pub mod h2front;
 pub(crate) mod idle;
 pub mod image;
 pub mod instrument;
+pub mod reload;
 pub mod runtime;
 pub mod streaming;
 
@@ -103,8 +104,9 @@ fn sealed_exe(cfg: &Config) -> anyhow::Result<std::path::PathBuf> {
     Ok(SEALED.get_or_init(|| s).program())
 }
 
-/// Runs the server until SIGTERM/SIGINT.
-pub async fn serve(cfg: Config) -> anyhow::Result<()> {
+/// Runs the server until SIGTERM/SIGINT; SIGHUP reloads the config
+/// through `reload` (`reload.rs`), when given.
+pub async fn serve(cfg: Config, reload: Option<reload::Reloader>) -> anyhow::Result<()> {
     let driver = crate::cgroup::Driver::resolve(&cfg.cgroup.driver, crate::cgroup::Layout::host())
         .map_err(anyhow::Error::msg)?;
     crate::cgroup::Driver::set_current(driver);
@@ -128,6 +130,9 @@ pub async fn serve(cfg: Config) -> anyhow::Result<()> {
     .await
     .context("start the streaming server")?;
     state.set_streaming(stream_server);
+    if let Some(r) = reload {
+        reload::spawn(state.clone(), cfg.clone(), r).context("handle SIGHUP")?;
+    }
 
     let recover = state.clone();
     let store_cfg = ImageStoreConfig {
@@ -142,7 +147,7 @@ pub async fn serve(cfg: Config) -> anyhow::Result<()> {
         cni_conf_dir: cfg.cni.conf_dir.clone(),
         cni_bin_dirs: cfg.cni.bin_dirs.clone(),
         cni_timeout: std::time::Duration::from_secs(cfg.cni.plugin_timeout_secs),
-        sandbox_image: cfg.sandbox_image.clone(),
+        sandbox_image: state.sandbox_image.clone(),
         exe: sealed_exe(&cfg)?,
         handlers: state.handlers.clone(),
     };

@@ -49,14 +49,15 @@ pub async fn setup_config(
         .await;
     let ipam = tempfile::tempdir().unwrap();
     let net = TestNetwork::new(ipam.path());
-    let mut flags = vec![
-        "--sandbox-image".into(),
-        format!("{}/k8s/pause:test", reg.host()),
-        "--cni-bin-dir".into(),
-        bin_dirs.into(),
-    ];
+    // The pause image is the config file's (a reload may change it), not
+    // a flag's.
+    let config = format!(
+        "sandbox_image = \"{}/k8s/pause:test\"\n{config}",
+        reg.host()
+    );
+    let mut flags = vec!["--cni-bin-dir".into(), bin_dirs.into()];
     flags.extend(args);
-    let h = Husk::start_with_config(flags, config).await;
+    let h = Husk::start_with_config(flags, &config).await;
     net.write(&h.dir.path().join("net.d"), extra);
     Pod {
         cgroup_parent: format!("husk-test-{:08x}", rand::random::<u32>()),

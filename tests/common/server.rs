@@ -76,10 +76,14 @@ impl Husk {
             .arg("--registry-config-dir")
             .arg(self.certs_d())
             .arg("--cni-conf-dir")
-            .arg(self.dir.path().join("net.d"))
-            .arg("--log-level")
-            .arg("debug")
-            .args(&self.extra);
+            .arg(self.dir.path().join("net.d"));
+        // A test whose config file sets the level keeps it (a reload may
+        // change it; a flag would win over the file).
+        let file = std::fs::read_to_string(self.dir.path().join("none.toml")).unwrap_or_default();
+        if !file.contains("log_level") {
+            c.arg("--log-level").arg("debug");
+        }
+        c.args(&self.extra);
         // A suite run may pin the cgroup driver (the systemd node VM runs
         // cgroupfs tests too); a test that names one keeps its own.
         if let Ok(d) = std::env::var("HUSK_TEST_CGROUP_DRIVER") {

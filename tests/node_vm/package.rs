@@ -1,7 +1,8 @@
 //! The Debian package under systemd as PID 1 (`systemd_node`), step by
 //! step as an operator goes: `dpkg -i` (postinst enables and starts the
 //! unit), the operator's config, `systemctl restart husk`, `husk check`,
-//! a pod through the socket, `systemctl restart husk` (the pod keeps
+//! a pod through the socket, `systemctl reload husk` (a conf.d drop-in
+//! applied while it runs), `systemctl restart husk` (the pod keeps
 //! running and is listed), `systemctl stop husk` (the shims keep running:
 //! KillMode=process), `dpkg -r` (the conffile and state stay), `dpkg
 //! --purge` (both go, with the defaults postinst installed).
@@ -188,6 +189,26 @@ async fn in_systemd_vm_the_package_under_systemd() {
             .into_inner()
         }
     };
+
+    // `systemctl reload husk`: a drop-in of the shipped conf.d applied
+    // while the pod runs (the unit's ExecReload sends SIGHUP).
+    assert!(
+        Path::new("/etc/husk/conf.d").is_dir(),
+        "the package ships conf.d"
+    );
+    std::fs::write("/etc/husk/conf.d/50-test.toml", "log_level = \"debug\"\n").unwrap();
+    run_ok("systemctl", &["reload", "husk"]);
+    crate::wait_for!(30, "the reload in the journal", {
+        run_ok("journalctl", &["-u", "husk", "--no-pager", "-o", "cat"])
+            .contains("config reloaded")
+            .then_some(())
+    });
+    assert_eq!(active(), "active");
+    assert_eq!(
+        status(&mut rt).await.status.unwrap().state,
+        ContainerState::ContainerRunning as i32
+    );
+    std::fs::remove_file("/etc/husk/conf.d/50-test.toml").unwrap();
 
     // A restart keeps the pod running and listed.
     run_ok("systemctl", &["restart", "husk"]);

@@ -85,7 +85,12 @@ impl ImageService for Images {
 /// The CRI view of an image record. The sandbox image is pinned, so the
 /// kubelet's image GC never removes it (as containerd does).
 pub(crate) fn to_cri(state: &State, rec: &ImageRecord) -> Image {
-    let sandbox = crate::image::Reference::parse(&state.cfg.sandbox_image)
+    let sandbox_image = state
+        .sandbox_image
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
+    let sandbox = crate::image::Reference::parse(&sandbox_image)
         .ok()
         .and_then(|r| {
             r.tagged()

@@ -14,7 +14,7 @@ pub async fn handle(state: &State, req: PullImageRequest) -> Result<PullImageRes
     let images = state.images()?;
     let name = super::spec_name(req.image.as_ref())?;
     if let Some(h) = req.image.as_ref().map(|i| &i.runtime_handler) {
-        state.handlers.get(h)?;
+        state.handlers.current().get(h)?;
     }
     let creds = match &req.auth {
         Some(a) => Credentials::from_cri(

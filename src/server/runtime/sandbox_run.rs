@@ -14,7 +14,7 @@ pub async fn handle(
     let config = req
         .config
         .ok_or_else(|| Status::invalid_argument("config is required"))?;
-    state.handlers.get(&req.runtime_handler)?;
+    state.handlers.current().get(&req.runtime_handler)?;
     let id = sandboxes.run(config, req.runtime_handler).await?;
     if let Ok(c) = state.containers() {
         c.emit_sandbox(Kind::Created, &id, None);

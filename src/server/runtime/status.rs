@@ -38,7 +38,7 @@ pub fn has_cni_config(dir: &Path) -> bool {
 /// (`sandbox/handlers.rs`). The kubelet looks a RuntimeClass's handler up
 /// by name.
 fn handlers(state: &State) -> Vec<RuntimeHandler> {
-    state.handlers.status(
+    state.handlers.current().status(
         crate::container::mounts::recursive_read_only_supported(),
         crate::idmap::Support::cached(&state.cfg.root).pods(),
     )
