@@ -42,11 +42,20 @@ pub struct Config {
     pub cgroup: CgroupConfig,
     pub streaming: StreamingConfig,
     pub cdi: CdiConfig,
+    pub metrics: MetricsConfig,
     /// The handler a pod that names none (`""`) runs under.
     pub default_runtime: String,
     /// The runtime handlers by name (`runtimes.rs`).
     #[serde(deserialize_with = "runtimes::merge_defaults")]
     pub runtimes: BTreeMap<String, RuntimeConfig>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsConfig {
+    /// Where Prometheus scrapes `/metrics`: `ip:port` or `unix:///path`;
+    /// empty: no endpoint.
+    pub address: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -132,6 +141,7 @@ impl Default for Config {
             cgroup: CgroupConfig::default(),
             streaming: StreamingConfig::default(),
             cdi: CdiConfig::default(),
+            metrics: MetricsConfig::default(),
             default_runtime: "husk".into(),
             runtimes: runtimes::defaults(),
         }
@@ -355,6 +365,11 @@ token_ttl_secs = {ttl}
 # a device a later dir defines overrides an earlier one's.
 spec_dirs = [{cdi}]
 
+[metrics]
+# Prometheus metrics at /metrics on this address: "127.0.0.1:9099" or
+# "unix:///run/husk/metrics.sock"; empty: none.
+address = {metrics:?}
+
 # Runtime handlers: the names a RuntimeClass's handler may give. Each
 # table adds a handler or replaces a built-in one (husk, runc) by name.
 # type = "husk": husk's own path (youki's libcontainer in husk's shim).
@@ -386,6 +401,7 @@ spec_dirs = [{cdi}]
             tls_cert = d.streaming.tls_cert,
             tls_key = d.streaming.tls_key,
             cdi = cdi.join(", "),
+            metrics = d.metrics.address,
             default_runtime = d.default_runtime,
             runtimes = runtimes::to_toml(&d.runtimes),
         )

@@ -19,6 +19,7 @@ pub mod image;
 pub mod kubelet;
 pub mod logging;
 pub mod logs;
+pub mod metrics;
 pub mod network;
 pub mod oci;
 pub mod sandbox;

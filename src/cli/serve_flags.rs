@@ -59,6 +59,9 @@ pub struct ServeFlags {
     /// Seconds a streaming URL stays valid [default: 60].
     #[arg(long)]
     pub streaming_token_ttl: Option<u64>,
+    /// Prometheus metrics at /metrics: ip:port or unix:///path [default: none].
+    #[arg(long)]
+    pub metrics_address: Option<String>,
 }
 
 /// Config file + flags, validated; errors are one line, exit code 2.
@@ -143,6 +146,10 @@ pub fn load_layered(f: &ServeFlags) -> Result<Layered, ConfigError> {
     if let Some(v) = f.streaming_token_ttl {
         c.streaming.token_ttl_secs = v;
         set.push(("streaming.token_ttl_secs", "--streaming-token-ttl"));
+    }
+    if let Some(v) = &f.metrics_address {
+        c.metrics.address = v.clone();
+        set.push(("metrics.address", "--metrics-address"));
     }
     for (key, flag) in set {
         l.flag(key, flag);

@@ -34,6 +34,9 @@ impl ContainerManager {
                 Some(cur) if cur.state == ContainerState::Exited => return cur.clone(),
                 Some(cur) => {
                     *cur = r.clone();
+                    if r.reason == "OOMKilled" {
+                        crate::metrics::get().oom_kills.inc();
+                    }
                     self.events.emit_container(Kind::Stopped, &r);
                 }
                 None => return r,

@@ -40,6 +40,9 @@ struct ProgressGuard<'a> {
 
 impl Drop for ProgressGuard<'_> {
     fn drop(&mut self) {
+        crate::metrics::get()
+            .pull_bytes
+            .inc_by(self.progress.bytes_done.load(Ordering::Relaxed));
         self.owner
             .progress
             .lock()

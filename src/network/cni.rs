@@ -361,6 +361,13 @@ impl Cni {
     /// ADD: attaches the network and caches the result. On a failure the
     /// plugins already run are undone (DEL) before the error is returned.
     pub fn add(&self, net: &NetworkList, att: &Attachment) -> Result<Value, CniError> {
+        let t0 = std::time::Instant::now();
+        let r = self.add_all(net, att);
+        crate::metrics::cni("add", r.is_ok(), t0.elapsed());
+        r
+    }
+
+    fn add_all(&self, net: &NetworkList, att: &Attachment) -> Result<Value, CniError> {
         let mut prev: Option<Value> = None;
         let mut steps = crate::timing::Stages::new("CNI ADD");
         for (i, plugin) in net.plugins.iter().enumerate() {
@@ -405,6 +412,13 @@ impl Cni {
 
     /// DEL: detaches in reverse order with the cached result; idempotent.
     pub fn del(&self, net: &NetworkList, att: &Attachment) -> Result<(), CniError> {
+        let t0 = std::time::Instant::now();
+        let r = self.del_all(net, att);
+        crate::metrics::cni("del", r.is_ok(), t0.elapsed());
+        r
+    }
+
+    fn del_all(&self, net: &NetworkList, att: &Attachment) -> Result<(), CniError> {
         let prev = self.cached(net, att);
         let mut first_err = None;
         let mut steps = crate::timing::Stages::new("CNI DEL");

@@ -28,8 +28,10 @@ impl SandboxManager {
                 .join(format!("{container}.json"))
                 .exists();
         if client::pid(&shim_dir).is_none() && state {
+            crate::metrics::get().shim_crashes.inc();
             client::ensure(&self.paths.exe, &shim_dir)
                 .map_err(|e| SandboxError::Shim(e.to_string()))?;
+            crate::metrics::get().shim_recoveries.inc();
         }
         Ok(())
     }

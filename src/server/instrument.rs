@@ -131,6 +131,13 @@ where
     let start = Instant::now();
     let r = tracing::Instrument::instrument(fut, span).await;
     let took = start.elapsed();
+    crate::metrics::rpc(
+        method,
+        r.as_ref()
+            .map(|_| tonic::Code::Ok)
+            .unwrap_or_else(|s| s.code()),
+        took,
+    );
     let ms = took.as_secs_f64() * 1e3;
     if op == Op::Mutate && r.is_ok() {
         crate::timing::keep(method, crate::timing::RPC, crate::timing::Kind::Own, took);

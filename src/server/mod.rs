@@ -121,6 +121,14 @@ pub async fn serve(cfg: Config, reload: Option<reload::Reloader>) -> anyhow::Res
             cfg.state.display()
         )
     })?;
+    let metrics = match cfg.metrics.address.as_str() {
+        "" => None,
+        a => Some(
+            crate::metrics::serve::bind(a)
+                .await
+                .map_err(|e| anyhow::anyhow!(crate::config::ConfigError(e)))?,
+        ),
+    };
     let listener = bind(&cfg.listen)?;
     let state = Arc::new(State::new(cfg.clone()));
     let stream_server = crate::streaming::Server::start(
@@ -130,6 +138,10 @@ pub async fn serve(cfg: Config, reload: Option<reload::Reloader>) -> anyhow::Res
     .await
     .context("start the streaming server")?;
     state.set_streaming(stream_server);
+    if let Some(m) = metrics {
+        tracing::info!(address = %m.address(), "metrics served at /metrics");
+        crate::metrics::serve::spawn(m, &state);
+    }
     if let Some(r) = reload {
         reload::spawn(state.clone(), cfg.clone(), r).context("handle SIGHUP")?;
     }

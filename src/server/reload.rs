@@ -24,6 +24,7 @@ pub fn changes(old: &Config, new: &Config) -> (Vec<&'static str>, Vec<&'static s
             old.registry.config_dir != new.registry.config_dir,
         ),
         ("cdi.spec_dirs", old.cdi.spec_dirs != new.cdi.spec_dirs),
+        ("metrics.address", old.metrics != new.metrics),
         (
             "runtimes, default_runtime",
             old.runtimes != new.runtimes || old.default_runtime != new.default_runtime,
@@ -46,11 +47,26 @@ pub fn changes(old: &Config, new: &Config) -> (Vec<&'static str>, Vec<&'static s
     (pick(&live), pick(&restart))
 }
 
-/// Applies what can change live; the keys applied.
-fn apply(state: &State, old: &Config, new: &Config) -> Result<Vec<&'static str>, String> {
+/// Applies what can change live; the keys applied. The new metrics
+/// endpoint is bound first: one that cannot be fails the reload whole.
+async fn apply(
+    state: &Arc<State>,
+    old: &Config,
+    new: &Config,
+) -> Result<Vec<&'static str>, String> {
     let (live, restart) = changes(old, new);
+    let metrics = match new.metrics.address.as_str() {
+        a if old.metrics == new.metrics || a.is_empty() => None,
+        a => Some(crate::metrics::serve::bind(a).await?),
+    };
     if !restart.is_empty() {
         tracing::warn!(keys = ?restart, "changed in the config, but only a restart applies them");
+    }
+    if old.metrics != new.metrics {
+        match metrics {
+            Some(m) => crate::metrics::serve::spawn(m, state),
+            None => crate::metrics::serve::stop(),
+        }
     }
     if old.log_level != new.log_level || old.log_format != new.log_format {
         crate::logging::reload(&new.log_level, &new.log_format)?;
@@ -97,7 +113,7 @@ pub fn spawn(state: Arc<State>, start: Config, reload: Reloader) -> anyhow::Resu
                 Err(e) => {
                     tracing::error!(error = %e, "config reload failed; the running config is kept")
                 }
-                Ok(new) => match apply(&state, &current, &new) {
+                Ok(new) => match apply(&state, &current, &new).await {
                     Ok(applied) => {
                         tracing::info!(applied = ?applied, "config reloaded");
                         current = new;

@@ -15,6 +15,7 @@ use std::time::Duration;
 /// argv[0] is the path of the binary this process runs, whatever `exe`.
 pub fn spawn(exe: &Path, dir: &Path) -> io::Result<()> {
     std::fs::create_dir_all(dir)?;
+    crate::metrics::get().shim_starts.inc();
     let arg0 = std::env::current_exe().unwrap_or_else(|_| exe.to_path_buf());
     let out = Command::new(exe)
         .arg0(arg0)

@@ -9,10 +9,19 @@ use super::*;
 use common::ctr::{app_image, ccfg, create_start, shell, wait_exited};
 use common::pod::{leftovers, run_under, setup_config};
 
+/// crun beside the built-in runc; both with the longest call timeout
+/// (one emulated CPU: a Go runtime's first start in a fresh guest can
+/// take seconds).
 const CONFIG: &str = r#"
 [runtimes.crun]
 type = "oci"
 path = "crun"
+timeout_secs = 20
+
+[runtimes.runc]
+type = "oci"
+path = "runc"
+timeout_secs = 20
 "#;
 
 fn limited(image: &str, name: &str, script: &str, memory: i64) -> ContainerConfig {

@@ -72,7 +72,26 @@ pub async fn run_all(cfg: &Config) -> Vec<Check> {
         reach,
     ));
     out.extend(handlers::handlers(cfg));
+    out.push(metrics(&cfg.metrics.address));
     out
+}
+
+/// Where Prometheus scrapes husk, if anywhere.
+fn metrics(address: &str) -> Check {
+    if address.is_empty() {
+        return check(
+            "metrics",
+            Level::Ok,
+            "off ([metrics] address is empty)",
+            "set [metrics] address to serve /metrics",
+        );
+    }
+    check(
+        "metrics",
+        Level::Ok,
+        format!("husk serve serves Prometheus metrics at {address} (GET /metrics)"),
+        "",
+    )
 }
 
 /// Prints the report; returns the exit code.

@@ -27,8 +27,11 @@ pub async fn handle(state: &State, req: PullImageRequest) -> Result<PullImageRes
         .map_err(|e| Status::invalid_argument(format!("auth: {e}")))?,
         None => Credentials::default(),
     };
+    let t0 = std::time::Instant::now();
     let rec = images.pull(name, &creds).await;
     crate::sys::release_memory();
+    let rec = rec.map_err(tonic::Status::from);
+    crate::metrics::pull(rec.as_ref().map(drop).map_err(|s| s.code()), t0.elapsed());
     let rec = rec?;
     Ok(PullImageResponse { image_ref: rec.id })
 }
