@@ -36,14 +36,7 @@ fn runc_features() -> husk::sandbox::handlers::OciFeatures {
 
 /// The containers runc's state root under this server holds.
 fn runc_state(p: &pod::Pod) -> Vec<String> {
-    let root = p.h.dir.path().join("run/runtimes/runc");
-    std::fs::read_dir(root)
-        .map(|rd| {
-            rd.flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default()
+    pod::runtime_state(p, "runc")
 }
 
 async fn log_has(p: &pod::Pod, name: &str, want: &str) -> String {

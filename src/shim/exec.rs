@@ -154,16 +154,7 @@ fn write_process(
     file: &Path,
 ) -> Result<super::tenant::TenantExecutor, String> {
     let c = Container::load(youki.join(id)).map_err(|e| format!("container {id}: {e}"))?;
-    let spec: serde_json::Value = std::fs::read(c.bundle().join("config.json"))
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        .ok_or("cannot read the container's spec")?;
-    let mut process = spec
-        .get("process")
-        .cloned()
-        .ok_or("the container's spec has no process")?;
-    process["args"] = serde_json::json!(args);
-    process["terminal"] = serde_json::json!(false);
+    let (spec, mut process) = super::runtime::exec_process(c.bundle(), args, false)?;
     let executor = super::tenant::TenantExecutor::prepare(&spec, &mut process)?;
     crate::store::atomic::write_state_json(file, &process).map_err(|e| e.to_string())?;
     Ok(executor)

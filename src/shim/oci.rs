@@ -129,35 +129,44 @@ impl Oci {
     /// Runs `c` to its end or its timeout, its stdout and stderr captured;
     /// what it wrote on stdout.
     fn run(&self, mut c: Command, what: &str) -> Result<Vec<u8>, OciError> {
-        let _ = std::fs::create_dir_all(self.log.parent().unwrap_or(Path::new("/")));
-        let _ = std::fs::write(&self.log, b"");
         let out = memfd("out")?;
         let err = memfd("err")?;
         c.stdin(Stdio::null())
             .stdout(Stdio::from(clone(&out)?))
             .stderr(Stdio::from(clone(&err)?));
+        let status = self.finish(c, what)?;
+        if status.success() {
+            return Ok(read_all(out));
+        }
+        let said = self.said(&read_all(err));
+        Err(OciError::Failed(format!(
+            "{what}: {} {status}: {said}",
+            self.path.display()
+        )))
+    }
+
+    /// Runs `c` (its stdio set) to its end, or kills it at the timeout.
+    fn finish(&self, mut c: Command, what: &str) -> Result<ExitStatus, OciError> {
+        let _ = std::fs::create_dir_all(self.log.parent().unwrap_or(Path::new("/")));
+        let _ = std::fs::write(&self.log, b"");
         let name = self.path.display().to_string();
         let mut child = c
             .spawn()
             .map_err(|e| OciError::Failed(format!("{what}: cannot run {name}: {e}")))?;
+        // The parent's copies of the child's stdio go now: a reader of
+        // them sees their end when the child's are closed.
         drop(c);
-        let status = match wait(&mut child, self.timeout) {
-            Some(s) => s,
+        match wait(&mut child, self.timeout) {
+            Some(s) => Ok(s),
             None => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(OciError::Timeout(format!(
+                Err(OciError::Timeout(format!(
                     "{what}: {name} did not answer in {:?}; it was killed",
                     self.timeout
-                )));
+                )))
             }
-        };
-        let stdout = read_all(out);
-        if status.success() {
-            return Ok(stdout);
         }
-        let said = self.said(&read_all(err));
-        Err(OciError::Failed(format!("{what}: {name} {status}: {said}")))
     }
 
     /// What a failed call said: the last error in its log, else `stderr`.
@@ -241,31 +250,15 @@ impl Oci {
     }
 
     /// Runs a call whose stdio the caller set (create, exec).
-    fn run_with_io(&self, mut c: Command, what: &str) -> Result<(), OciError> {
-        let _ = std::fs::create_dir_all(self.log.parent().unwrap_or(Path::new("/")));
-        let _ = std::fs::write(&self.log, b"");
-        let name = self.path.display().to_string();
-        let mut child = c
-            .spawn()
-            .map_err(|e| OciError::Failed(format!("{what}: cannot run {name}: {e}")))?;
-        // The parent's copies of the process's stdio go now: a reader of
-        // them sees their end when the process's are closed.
-        drop(c);
-        match wait(&mut child, self.timeout) {
-            Some(s) if s.success() => Ok(()),
+    fn run_with_io(&self, c: Command, what: &str) -> Result<(), OciError> {
+        match self.finish(c, what)? {
+            s if s.success() => Ok(()),
             // What it said is on the process's stderr: the caller adds it.
-            Some(s) => Err(OciError::Failed(format!(
-                "{what}: {name} {s}: {}",
+            s => Err(OciError::Failed(format!(
+                "{what}: {} {s}: {}",
+                self.path.display(),
                 self.said(b"")
             ))),
-            None => {
-                let _ = child.kill();
-                let _ = child.wait();
-                Err(OciError::Timeout(format!(
-                    "{what}: {name} did not answer in {:?}; it was killed",
-                    self.timeout
-                )))
-            }
         }
     }
 

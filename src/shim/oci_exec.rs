@@ -27,7 +27,7 @@ fn process_file(o: &Oci, dir: &Path, args: &[String], tty: bool) -> Result<PathB
         return Err((3, "exec needs a command".into()));
     }
     let file = dir.join(format!("exec-{:016x}.json", rand::random::<u64>()));
-    let process = exec_process(&o.bundle, args, tty).map_err(internal)?;
+    let (_, process) = exec_process(&o.bundle, args, tty).map_err(internal)?;
     crate::store::atomic::write_state_json(&file, &process).map_err(internal)?;
     Ok(file)
 }

@@ -61,13 +61,14 @@ pub(super) fn with_stderr(e: OciError, stderr: Option<&OwnedFd>) -> Failure {
     oci_failure(e)
 }
 
-/// The container's own process (user, env, cwd, capabilities, rlimits as
-/// its bundle has them) with `args` swapped in, for an exec.
+/// The container's spec, and its own process (user, env, cwd,
+/// capabilities, rlimits as its bundle has them) with `args` swapped in,
+/// for an exec (a terminal's gets TERM when the image set none).
 pub(super) fn exec_process(
     bundle: &Path,
     args: &[String],
     tty: bool,
-) -> Result<serde_json::Value, String> {
+) -> Result<(serde_json::Value, serde_json::Value), String> {
     let spec: serde_json::Value = std::fs::read(bundle.join("config.json"))
         .ok()
         .and_then(|b| serde_json::from_slice(&b).ok())
@@ -88,7 +89,7 @@ pub(super) fn exec_process(
             process["env"] = serde_json::json!(env);
         }
     }
-    Ok(process)
+    Ok((spec, process))
 }
 
 impl Shim {

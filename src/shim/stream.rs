@@ -424,27 +424,7 @@ fn start_exec(
     super::exec::sweep_notify_sockets(&youki.join(&req.id));
     let c =
         Container::load(youki.join(&req.id)).map_err(|e| format!("container {}: {e}", req.id))?;
-    let spec: serde_json::Value = std::fs::read(c.bundle().join("config.json"))
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        .ok_or("cannot read the container's spec")?;
-    let mut process = spec
-        .get("process")
-        .cloned()
-        .ok_or("the container's spec has no process")?;
-    process["args"] = serde_json::json!(req.args);
-    process["terminal"] = serde_json::json!(req.tty);
-    if req.tty {
-        let env = process["env"].as_array().cloned().unwrap_or_default();
-        if !env
-            .iter()
-            .any(|e| e.as_str().is_some_and(|s| s.starts_with("TERM=")))
-        {
-            let mut env = env;
-            env.push(serde_json::json!("TERM=xterm"));
-            process["env"] = serde_json::json!(env);
-        }
-    }
+    let (spec, mut process) = super::runtime::exec_process(c.bundle(), &req.args, req.tty)?;
     let executor = super::tenant::TenantExecutor::prepare(&spec, &mut process)?;
     let file = dir.join(format!("exec-{:016x}.json", rand::random::<u64>()));
     crate::store::atomic::write_state_json(&file, &process).map_err(|e| e.to_string())?;

@@ -386,3 +386,15 @@ pub fn shim_pid(h: &Husk, pod: &str) -> u32 {
         .parse()
         .unwrap()
 }
+
+/// The containers an OCI handler's runtime keeps state of under this
+/// server (`<state>/runtimes/<handler>/`).
+pub fn runtime_state(p: &Pod, handler: &str) -> Vec<String> {
+    std::fs::read_dir(p.h.dir.path().join("run/runtimes").join(handler))
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}

@@ -7,7 +7,7 @@
 
 use super::*;
 use common::ctr::{app_image, ccfg, create_start, shell, wait_exited};
-use common::pod::{leftovers, run_under, setup_config};
+use common::pod::{leftovers, run_under, runtime_state, setup_config};
 
 /// crun beside the built-in runc; both with the longest call timeout
 /// (one emulated CPU: a Go runtime's first start in a fresh guest can
@@ -32,17 +32,6 @@ fn limited(image: &str, name: &str, script: &str, memory: i64) -> ContainerConfi
         ..Default::default()
     });
     c
-}
-
-/// The containers a runtime's state root holds.
-fn runtime_state(p: &Pod, handler: &str) -> Vec<String> {
-    std::fs::read_dir(p.h.dir.path().join("run/runtimes").join(handler))
-        .map(|rd| {
-            rd.flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// One pod under `handler`: limits inside, an exec, an OOM kill, a stop.
