@@ -261,8 +261,10 @@ async fn pod_cgroups_bound(env: Env, systemd: bool) {
         container_id: a.clone(),
         linux: Some(LinuxContainerResources {
             memory_limit_in_bytes: 256 << 20,
+            // A whole CPU: under a tenth of one, the hog's page faults on an
+            // emulated CPU beside a busy host outran the exec's minute.
             cpu_period: 100_000,
-            cpu_quota: 10_000,
+            cpu_quota: 100_000,
             cpu_shares: 102,
             ..Default::default()
         }),
@@ -278,7 +280,7 @@ async fn pod_cgroups_bound(env: Env, systemd: bool) {
                 "-c".into(),
                 "dd if=/dev/zero of=/dev/null bs=100M count=1".into(),
             ],
-            timeout: 60,
+            timeout: 120,
         })
         .await
         .unwrap()
