@@ -186,7 +186,11 @@ impl Shim {
     /// it has none), and the record of its runtime.
     pub(super) fn runtime_delete(&mut self, id: &str) -> Result<(), Failure> {
         if let Some(o) = self.oci_of(id) {
-            o.delete(id).map_err(oci_failure)?;
+            let stopped = self
+                .containers
+                .get(id)
+                .is_some_and(|e| e.status == super::monitor::Status::Stopped);
+            o.delete(id, stopped).map_err(oci_failure)?;
             Oci::forget(&self.dir, id);
             self.oci.remove(id);
             return Ok(());
