@@ -400,14 +400,19 @@ mod tests {
         )
     }
 
+    /// An executable shell script `name` in `dir` running `body`: its path.
+    fn script(dir: &Path, name: &str, body: &str) -> String {
+        let path = dir.join(name);
+        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).expect("write");
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .expect("chmod");
+        path.display().to_string()
+    }
+
     #[test]
     fn a_hung_runtime_is_killed_at_its_timeout() {
         let d = tempfile::tempdir().expect("tmp");
-        let script = d.path().join("hang");
-        std::fs::write(&script, "#!/bin/sh\nexec sleep 60\n").expect("write");
-        std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .expect("chmod");
-        let o = oci(d.path(), script.to_str().expect("utf-8"), 200);
+        let o = oci(d.path(), &script(d.path(), "hang", "exec sleep 60"), 200);
         let t0 = std::time::Instant::now();
         let e = o.start("c").expect_err("hangs");
         assert!(matches!(e, OciError::Timeout(_)), "{e:?}");
@@ -423,16 +428,13 @@ mod tests {
         let d = tempfile::tempdir().expect("tmp");
         // delete fails; state fails for "gone" (no such container) and
         // answers for "here".
-        let script = d.path().join("rt");
-        std::fs::write(
-            &script,
-            "#!/bin/sh\nfor a in \"$@\"; do case \"$a\" in delete) exit 1;; \
-             state) shift 7; [ \"$1\" = here ] && { echo '{}'; exit 0; }; exit 1;; esac; done\n",
-        )
-        .expect("write");
-        std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .expect("chmod");
-        let o = oci(d.path(), script.to_str().expect("utf-8"), 0);
+        let rt = script(
+            d.path(),
+            "rt",
+            "for a in \"$@\"; do case \"$a\" in delete) exit 1;; \
+             state) shift 7; [ \"$1\" = here ] && { echo '{}'; exit 0; }; exit 1;; esac; done",
+        );
+        let o = oci(d.path(), &rt, 0);
         assert_eq!(o.delete("gone", true), Ok(()));
         assert!(
             o.delete("here", true).is_err(),
@@ -443,17 +445,14 @@ mod tests {
     #[test]
     fn what_a_failed_call_said_comes_back() {
         let d = tempfile::tempdir().expect("tmp");
-        let script = d.path().join("fail");
         // The log's last error wins over stderr; without a log, stderr.
-        std::fs::write(
-            &script,
-            "#!/bin/sh\nlog=$4\necho 'plain words' >&2\n\
-             [ \"$7\" = kill ] && echo '{\"level\":\"error\",\"msg\":\"no such container\"}' > \"$log\"\nexit 3\n",
-        )
-        .expect("write");
-        std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .expect("chmod");
-        let o = oci(d.path(), script.to_str().expect("utf-8"), 0);
+        let fail = script(
+            d.path(),
+            "fail",
+            "log=$4\necho 'plain words' >&2\n\
+             [ \"$7\" = kill ] && echo '{\"level\":\"error\",\"msg\":\"no such container\"}' > \"$log\"\nexit 3",
+        );
+        let o = oci(d.path(), &fail, 0);
         let e = o.start("c").expect_err("fails");
         assert_eq!(e.code(), 9);
         assert!(e.to_string().contains("plain words"), "{e}");
