@@ -22,12 +22,8 @@ impl SandboxManager {
     /// runtime that runs it), starts a fresh shim to clean it up.
     pub fn ensure_shim(&self, sandbox_id: &str, container: &str) -> Result<(), SandboxError> {
         let shim_dir = self.shim_dir(sandbox_id);
-        let state = shim_dir.join("youki").join(container).exists()
-            || shim_dir
-                .join("oci")
-                .join(format!("{container}.json"))
-                .exists();
-        if client::pid(&shim_dir).is_none() && state {
+        if client::pid(&shim_dir).is_none() && crate::shim::has_runtime_state(&shim_dir, container)
+        {
             crate::metrics::get().shim_crashes.inc();
             client::ensure(&self.paths.exe, &shim_dir)
                 .map_err(|e| SandboxError::Shim(e.to_string()))?;

@@ -34,6 +34,13 @@ pub mod stream;
 pub mod tenant;
 pub mod wire;
 
+/// Whether a runtime keeps state of container `id` in the shim dir `dir`
+/// (libcontainer's, or the record of the OCI runtime that runs it): what a
+/// shim started after a killed one has to delete.
+pub fn has_runtime_state(dir: &std::path::Path, id: &str) -> bool {
+    dir.join("youki").join(id).exists() || oci::record_path(dir, id).exists()
+}
+
 /// Exit record written when a container's init is reaped.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
 pub struct ExitRecord {

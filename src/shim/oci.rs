@@ -75,7 +75,7 @@ pub struct Stdio3 {
     pub stderr: OwnedFd,
 }
 
-fn record_path(dir: &Path, id: &str) -> PathBuf {
+pub(super) fn record_path(dir: &Path, id: &str) -> PathBuf {
     dir.join("oci").join(format!("{id}.json"))
 }
 

@@ -85,8 +85,7 @@ pub(super) fn stream(
         }
     } else {
         let stdin = if req.stdin {
-            let (r, w) =
-                rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(internal)?;
+            let (r, w) = super::stream::pipe().map_err(internal)?;
             mine.push(w);
             which.stdin = true;
             r
@@ -94,8 +93,7 @@ pub(super) fn stream(
             null()?
         };
         let stdout = if req.stdout {
-            let (r, w) =
-                rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(internal)?;
+            let (r, w) = super::stream::pipe().map_err(internal)?;
             mine.push(r);
             which.stdout = true;
             w
@@ -105,8 +103,7 @@ pub(super) fn stream(
         // Without a stderr of its own, the process's goes nowhere but the
         // runtime's words still come to the shim.
         let stderr = if req.stderr {
-            let (r, w) =
-                rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(internal)?;
+            let (r, w) = super::stream::pipe().map_err(internal)?;
             mine.push(r);
             which.stderr = true;
             drop(said_w);
@@ -142,19 +139,7 @@ pub(super) fn stream(
         }
     };
     if let Some((l, p)) = console {
-        match super::stream::receive_master(&l, &p) {
-            Ok(m) => {
-                mine.push(m);
-                which.pty = true;
-            }
-            Err(e) => {
-                // SAFETY: kill(2) on the process just started.
-                unsafe {
-                    libc::kill(pid, libc::SIGKILL);
-                }
-                return Err(internal(e));
-            }
-        }
+        super::stream::take_master(&l, &p, pid, &mut mine, &mut which).map_err(internal)?;
     }
     Ok((pid, mine, which))
 }

@@ -208,6 +208,6 @@ impl Shim {
 
     /// Whether a previous shim left state of `id` for this one to delete.
     pub(super) fn runtime_has_leftover(&self, id: &str) -> bool {
-        self.youki.join(id).exists() || Oci::load(&self.dir, id).is_some()
+        super::has_runtime_state(&self.dir, id)
     }
 }

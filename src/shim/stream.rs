@@ -85,7 +85,7 @@ impl CreateIo {
     }
 }
 
-fn pipe() -> Result<(OwnedFd, OwnedFd), String> {
+pub(super) fn pipe() -> Result<(OwnedFd, OwnedFd), String> {
     rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| format!("pipe: {e}"))
 }
 
@@ -133,6 +133,31 @@ pub(super) fn receive_master(l: &UnixListener, path: &Path) -> Result<OwnedFd, S
         }
     }
     Err("the console socket carried no terminal".into())
+}
+
+/// Receives a stream exec's terminal master into `mine`; on a failure
+/// the process just started (`pid`) is killed.
+pub(super) fn take_master(
+    l: &UnixListener,
+    path: &Path,
+    pid: i32,
+    mine: &mut Vec<OwnedFd>,
+    which: &mut StreamFds,
+) -> Result<(), String> {
+    match receive_master(l, path) {
+        Ok(m) => {
+            mine.push(m);
+            which.pty = true;
+            Ok(())
+        }
+        Err(e) => {
+            // SAFETY: kill(2) on the process just started.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+            }
+            Err(e)
+        }
+    }
 }
 
 fn dup(fd: &OwnedFd) -> Result<OwnedFd, String> {
@@ -485,19 +510,7 @@ fn start_exec(
         }
     };
     if let Some((l, p)) = console {
-        match receive_master(&l, &p) {
-            Ok(m) => {
-                mine.push(m);
-                which.pty = true;
-            }
-            Err(e) => {
-                // SAFETY: kill(2) on the process just started.
-                unsafe {
-                    libc::kill(pid, libc::SIGKILL);
-                }
-                return Err(e);
-            }
-        }
+        take_master(&l, &p, pid, &mut mine, &mut which)?;
     }
     Ok((pid, mine, which))
 }
