@@ -161,7 +161,7 @@ async fn pod_cgroups_bound(env: Env, systemd: bool) {
             p.to_string()
         }
     };
-    let lim = json!({"limits": {"cpu": "100m", "memory": "32Mi"}});
+    let lim = json!({"limits": {"cpu": "250m", "memory": "32Mi"}});
     let g = pod(
         &env,
         "bounded",
@@ -189,19 +189,19 @@ async fn pod_cgroups_bound(env: Env, systemd: bool) {
     if Layout::host().is_v2() {
         assert_eq!(
             cg(&gpath, "cpu", "", "cpu.max").as_deref(),
-            Some("20000 100000")
+            Some("50000 100000")
         );
-        // The kubelet 1.28's shares → weight: 204 → 8, 256 → 10, 2 → 1.
+        // The kubelet 1.28's shares → weight: 512 → 20, 256 → 10, 2 → 1.
         let weight = |p: &str| cg(p, "cpu", "", "cpu.weight");
-        assert_eq!(weight(&gpath).as_deref(), Some("8"));
+        assert_eq!(weight(&gpath).as_deref(), Some("20"));
         assert_eq!(weight(&burstable).as_deref(), Some("10"));
         assert_eq!(weight(&besteffort).as_deref(), Some("1"));
     } else {
         assert_eq!(
             cg(&gpath, "cpu", "cpu.cfs_quota_us", "").as_deref(),
-            Some("20000")
+            Some("50000")
         );
-        assert_eq!(cg(&gpath, "cpu", "cpu.shares", "").as_deref(), Some("204"));
+        assert_eq!(cg(&gpath, "cpu", "cpu.shares", "").as_deref(), Some("512"));
         assert_eq!(cg(&bpath, "cpu", "cpu.shares", "").as_deref(), Some("256"));
         // burstable: its pods' requests; besteffort: the minimum.
         assert_eq!(
@@ -261,10 +261,12 @@ async fn pod_cgroups_bound(env: Env, systemd: bool) {
         container_id: a.clone(),
         linux: Some(LinuxContainerResources {
             memory_limit_in_bytes: 256 << 20,
-            // A whole CPU: under a tenth of one, the hog's page faults on an
-            // emulated CPU beside a busy host outran the exec's minute.
+            // Half a CPU, the pod's whole quota (cgroup v1 refuses a child
+            // quota above its parent's): under a tenth of one, the hog's
+            // page faults on an emulated CPU beside a busy host outran the
+            // exec's minute.
             cpu_period: 100_000,
-            cpu_quota: 100_000,
+            cpu_quota: 50_000,
             cpu_shares: 102,
             ..Default::default()
         }),
