@@ -12,7 +12,9 @@ use std::path::{Path, PathBuf};
 
 pub mod layers;
 pub mod runtimes;
+pub mod telemetry;
 pub use runtimes::RuntimeConfig;
+pub use telemetry::TracingConfig;
 
 /// The default config file location.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/husk/config.toml";
@@ -43,6 +45,7 @@ pub struct Config {
     pub streaming: StreamingConfig,
     pub cdi: CdiConfig,
     pub metrics: MetricsConfig,
+    pub tracing: TracingConfig,
     /// The handler a pod that names none (`""`) runs under.
     pub default_runtime: String,
     /// The runtime handlers by name (`runtimes.rs`).
@@ -142,6 +145,7 @@ impl Default for Config {
             streaming: StreamingConfig::default(),
             cdi: CdiConfig::default(),
             metrics: MetricsConfig::default(),
+            tracing: TracingConfig::default(),
             default_runtime: "husk".into(),
             runtimes: runtimes::defaults(),
         }
@@ -283,6 +287,7 @@ impl Config {
                 self.cgroup.driver
             )));
         }
+        self.tracing.validate()?;
         runtimes::validate(&self.runtimes, &self.default_runtime)
     }
 
@@ -370,6 +375,19 @@ spec_dirs = [{cdi}]
 # "unix:///run/husk/metrics.sock"; empty: none.
 address = {metrics:?}
 
+[tracing]
+# OpenTelemetry spans over OTLP/gRPC to this collector: "http://127.0.0.1:4317"
+# (plain gRPC: a node-local collector); empty: no tracing. A span per CRI
+# call, its parent the caller's W3C traceparent, with children for husk's
+# stages and its shims' work.
+endpoint = {tr_endpoint:?}
+# The share of traces that start here which are kept (0.0 to 1.0); a call
+# whose traceparent is sampled is traced, one whose is not never is.
+sampling_ratio = {tr_ratio:?}
+# Finished spans waiting for export; past this they are dropped and counted
+# (husk_trace_spans_dropped_total): a slow collector never slows a call.
+queue_size = {tr_queue}
+
 # Runtime handlers: the names a RuntimeClass's handler may give. Each
 # table adds a handler or replaces a built-in one (husk, runc) by name.
 # type = "husk": husk's own path (youki's libcontainer in husk's shim).
@@ -402,6 +420,9 @@ address = {metrics:?}
             tls_key = d.streaming.tls_key,
             cdi = cdi.join(", "),
             metrics = d.metrics.address,
+            tr_endpoint = d.tracing.endpoint,
+            tr_ratio = d.tracing.sampling_ratio,
+            tr_queue = d.tracing.queue_size,
             default_runtime = d.default_runtime,
             runtimes = runtimes::to_toml(&d.runtimes),
         )

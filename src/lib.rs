@@ -22,6 +22,7 @@ pub mod logs;
 pub mod metrics;
 pub mod network;
 pub mod oci;
+pub mod otel;
 pub mod sandbox;
 pub mod sdnotify;
 pub mod security;

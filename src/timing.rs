@@ -10,7 +10,10 @@
 //! The stages of an operation add up to its whole, so husk's own share is
 //! the whole minus the external stages.
 //!
-//! Each stage is a `stage` event inside the operation's span, and
+//! Each stage is a `stage` event inside the operation's span, and, when
+//! the call is traced, an OpenTelemetry span (`crate::otel`): a child of
+//! the call's span, or of a span of the operation's own when it is not the
+//! call (a CNI ADD inside RunPodSandbox). Then
 //! [`Stages::finish`] logs the operation's summary at debug level and keeps
 //! its samples in a bounded table per (operation, stage), the last [`KEEP`]
 //! of each. [`keep`] adds a whole measured elsewhere (the server keeps each
@@ -66,6 +69,15 @@ pub struct Stages {
     start: Instant,
     mark: Instant,
     done: Vec<(String, Kind, Duration)>,
+    otel: Option<Traced>,
+}
+
+/// Where a traced operation's stage spans go, and its start's wall time.
+struct Traced {
+    parent: opentelemetry::Context,
+    /// The operation's own span, when it is not the call's.
+    own: bool,
+    wall: std::time::SystemTime,
 }
 
 impl Stages {
@@ -78,13 +90,28 @@ impl Stages {
             start: now,
             mark: now,
             done: Vec::new(),
+            otel: crate::otel::current().map(|cx| Traced::new(cx, op)),
         }
     }
 
-    fn push(&mut self, name: String, kind: Kind, d: Duration) {
+    /// `d`, the stage that ended `before_mark` before the last mark.
+    fn push(&mut self, name: String, kind: Kind, d: Duration, before_mark: Duration) {
         let _in = self.span.enter();
         let external = kind == Kind::External;
         tracing::trace!(stage = %name, external, ms = d.as_secs_f64() * 1e3, "stage");
+        if let Some(t) = &self.otel {
+            let end = t.wall + (self.mark - self.start).saturating_sub(before_mark);
+            crate::otel::finished(
+                &t.parent,
+                name.clone(),
+                end.checked_sub(d).unwrap_or(end),
+                end,
+                vec![opentelemetry::KeyValue::new(
+                    "husk.stage.external",
+                    external,
+                )],
+            );
+        }
         self.done.push((name, kind, d));
     }
 
@@ -98,13 +125,13 @@ impl Stages {
     /// The stage of husk's own work that just ended is `name`.
     pub fn end(&mut self, name: impl Into<String>) {
         let d = self.lap();
-        self.push(name.into(), Kind::Own, d);
+        self.push(name.into(), Kind::Own, d, Duration::ZERO);
     }
 
     /// The stage that just ended, `name`, waited on something not husk.
     pub fn end_external(&mut self, name: impl Into<String>) {
         let d = self.lap();
-        self.push(name.into(), Kind::External, d);
+        self.push(name.into(), Kind::External, d, Duration::ZERO);
     }
 
     /// The stage that just ended was husk's (`own`) but for its last
@@ -117,8 +144,8 @@ impl Stages {
     ) {
         let d = self.lap();
         let external = external.min(d);
-        self.push(own.into(), Kind::Own, d - external);
-        self.push(outside.into(), Kind::External, external);
+        self.push(own.into(), Kind::Own, d - external, external);
+        self.push(outside.into(), Kind::External, external, Duration::ZERO);
     }
 
     /// Ends the operation: logs its summary and keeps its samples.
@@ -151,10 +178,50 @@ impl Stages {
             keep(self.op, n, *k, *d);
         }
         keep(self.op, TOTAL, Kind::Own, total);
+        if let Some(t) = self.otel.take().filter(|t| t.own) {
+            use opentelemetry::trace::TraceContextExt as _;
+            t.parent.span().end();
+        }
         std::mem::take(&mut self.done)
             .into_iter()
             .map(|(n, _, d)| (n, d))
             .collect()
+    }
+}
+
+impl Traced {
+    /// Stages of `op` under `cx`'s span, or under a span of `op` itself
+    /// when `cx`'s is not the call `op` names.
+    fn new(cx: opentelemetry::Context, op: &str) -> Traced {
+        let wall = std::time::SystemTime::now();
+        let call = cx
+            .get::<crate::otel::propagate::RpcPath>()
+            .is_some_and(|p| p.0.rsplit('/').next() == Some(op));
+        if call {
+            return Traced {
+                parent: cx,
+                own: false,
+                wall,
+            };
+        }
+        match crate::otel::child(
+            &cx,
+            op,
+            opentelemetry::trace::SpanKind::Internal,
+            wall,
+            vec![],
+        ) {
+            Some(own) => Traced {
+                parent: own,
+                own: true,
+                wall,
+            },
+            None => Traced {
+                parent: cx,
+                own: false,
+                wall,
+            },
+        }
     }
 }
 

@@ -90,7 +90,7 @@ impl ContainerManager {
             stop_signal,
             devices,
         };
-        let r = tokio::task::spawn_blocking(move || this.create_blocking(&id2, &sid, &c, &found))
+        let r = crate::otel::spawn_blocking(move || this.create_blocking(&id2, &sid, &c, &found))
             .await
             .map_err(err)?;
         if r.is_err() {

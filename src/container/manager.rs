@@ -102,6 +102,7 @@ pub(crate) fn shim_call(
         dir,
         &ShimRequest {
             request: Some(request),
+            ..Default::default()
         },
         Duration::from_secs(60),
     )

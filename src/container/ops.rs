@@ -22,7 +22,7 @@ impl ContainerManager {
             .ok_or_else(|| SandboxError::NotFound(format!("container {id} not found")))?;
         let _l = self.locks.lock(&id).await;
         let this = self.clone();
-        tokio::task::spawn_blocking(move || {
+        crate::otel::spawn_blocking(move || {
             let mut r = this
                 .get(&id)
                 .ok_or_else(|| SandboxError::NotFound(format!("container {id} not found")))?;
@@ -96,7 +96,7 @@ impl ContainerManager {
         }
         let _l = self.locks.lock(&id).await;
         let this = self.clone();
-        tokio::task::spawn_blocking(move || this.stop_blocking(&id, timeout))
+        crate::otel::spawn_blocking(move || this.stop_blocking(&id, timeout))
             .await
             .map_err(err)?
     }
@@ -177,7 +177,7 @@ impl ContainerManager {
         self.stop(&id, Duration::ZERO).await?;
         let _l = self.locks.lock(&id).await;
         let this = self.clone();
-        tokio::task::spawn_blocking(move || this.remove_blocking(&id))
+        crate::otel::spawn_blocking(move || this.remove_blocking(&id))
             .await
             .map_err(err)?
     }
@@ -266,7 +266,7 @@ impl ContainerManager {
         }
         let shim_dir = self.sandboxes.shim_dir(&r.sandbox_id);
         let id = r.id.clone();
-        tokio::task::spawn_blocking(move || {
+        crate::otel::spawn_blocking(move || {
             shim_call(&shim_dir, Request::ReopenLog(ReopenLogRequest { id }))
         })
         .await
@@ -308,11 +308,12 @@ impl ContainerManager {
         } else {
             timeout + Duration::from_secs(30)
         };
-        let resp = tokio::task::spawn_blocking(move || {
+        let resp = crate::otel::spawn_blocking(move || {
             client::call(
                 &shim_dir,
                 &ShimRequest {
                     request: Some(Request::Exec(req)),
+                    ..Default::default()
                 },
                 wait,
             )

@@ -50,6 +50,7 @@ impl ContainerManager {
             &mut s,
             &ShimRequest {
                 request: Some(request),
+                ..Default::default()
             },
         )
         .map_err(shim)?;

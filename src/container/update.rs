@@ -30,7 +30,7 @@ impl ContainerManager {
         resources::validate(&new, Layout::host())?;
         let _l = self.locks.lock(&id).await;
         let this = self.clone();
-        tokio::task::spawn_blocking(move || this.update_blocking(&id, &new))
+        crate::otel::spawn_blocking(move || this.update_blocking(&id, &new))
             .await
             .map_err(err)?
     }

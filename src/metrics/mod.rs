@@ -55,6 +55,9 @@ pub struct Metrics {
     pub shim_starts: Counter,
     pub shim_crashes: Counter,
     pub shim_recoveries: Counter,
+    pub trace_spans_exported: Counter,
+    pub trace_spans_failed: Counter,
+    pub trace_spans_dropped: Counter,
 }
 
 fn seconds_histogram() -> Histogram {
@@ -76,6 +79,9 @@ impl Metrics {
             shim_starts: Counter::default(),
             shim_crashes: Counter::default(),
             shim_recoveries: Counter::default(),
+            trace_spans_exported: Counter::default(),
+            trace_spans_failed: Counter::default(),
+            trace_spans_dropped: Counter::default(),
         }
     }
 
@@ -135,6 +141,21 @@ impl Metrics {
             "shim_recoveries",
             "Pod monitors started again to finish a dead one's work",
             self.shim_recoveries.clone(),
+        );
+        r.register(
+            "trace_spans_exported",
+            "Spans the OTLP collector accepted",
+            self.trace_spans_exported.clone(),
+        );
+        r.register(
+            "trace_spans_failed",
+            "Spans whose export to the OTLP collector failed or timed out",
+            self.trace_spans_failed.clone(),
+        );
+        r.register(
+            "trace_spans_dropped",
+            "Spans dropped because the export queue was full",
+            self.trace_spans_dropped.clone(),
         );
     }
 }

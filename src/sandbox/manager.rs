@@ -124,6 +124,7 @@ pub(crate) fn shim_call(dir: &Path, request: Request) -> Result<ShimResponse, Sa
         dir,
         &ShimRequest {
             request: Some(request),
+            ..Default::default()
         },
         SHIM_TIMEOUT,
     )

@@ -163,7 +163,7 @@ impl SandboxManager {
         steps.end("spare");
         let this = self.clone();
         let id2 = id.clone();
-        let created = tokio::task::spawn_blocking(move || {
+        let created = crate::otel::spawn_blocking(move || {
             this.create(Asked {
                 id: &id2,
                 c: &config,
@@ -364,10 +364,12 @@ impl SandboxManager {
             })?;
             let cni = self.cni();
             let att = self.attachment(id, ns, &md, c);
-            let handle = std::thread::spawn(move || -> Result<CniOutcome, SandboxError> {
-                let result = cni.add(&net, &att)?;
-                Ok((result, cni, net, att))
-            });
+            let handle = std::thread::spawn(crate::otel::carry(
+                move || -> Result<CniOutcome, SandboxError> {
+                    let result = cni.add(&net, &att)?;
+                    Ok((result, cni, net, att))
+                },
+            ));
             *cni_job.lock().unwrap_or_else(|p| p.into_inner()) = Some(handle);
             let job = cni_job.clone();
             undo.push("pending cni", move || {

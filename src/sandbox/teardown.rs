@@ -39,7 +39,7 @@ impl SandboxManager {
         };
         let _lock = self.locks.lock(&id).await;
         let this = self.clone();
-        tokio::task::spawn_blocking(move || this.stop_blocking(&id))
+        crate::otel::spawn_blocking(move || this.stop_blocking(&id))
             .await
             .map_err(|e| SandboxError::Shim(format!("stop task: {e}")))?
     }
@@ -61,7 +61,7 @@ impl SandboxManager {
         }
         // CNI DEL and the pause kill are independent: run them together.
         std::thread::scope(|scope| -> Result<(), SandboxError> {
-            let del = scope.spawn(|| -> Result<(), SandboxError> {
+            let del = scope.spawn(crate::otel::carry(|| -> Result<(), SandboxError> {
                 if let Some(ns) = &rec.netns {
                     let c = self.saved_config(id);
                     let md = c.metadata.clone().unwrap_or_default();
@@ -74,7 +74,7 @@ impl SandboxManager {
                     }
                 }
                 Ok(())
-            });
+            }));
             let shim = client::pid(&shim_dir).is_some();
             if shim && rec.has_pause() {
                 let killed = shim_call(
@@ -177,7 +177,7 @@ impl SandboxManager {
         self.stop(&id).await?;
         let _lock = self.locks.lock(&id).await;
         let this = self.clone();
-        tokio::task::spawn_blocking(move || this.remove_blocking(&id))
+        crate::otel::spawn_blocking(move || this.remove_blocking(&id))
             .await
             .map_err(|e| SandboxError::Shim(format!("remove task: {e}")))?
     }

@@ -4,7 +4,8 @@
 //! siblings as they arrive) answer Unavailable, so no RPC acts on state that
 //! has not been reconciled. `observe` logs each RPC's outcome: mutations at
 //! info, reads at debug, failures at warn with their gRPC code; a mutation
-//! that succeeded is also kept in the timing table (`crate::timing`).
+//! that succeeded is also kept in the timing table (`crate::timing`), and
+//! each call is a span when tracing is on (`crate::otel`).
 
 use crate::config::Config;
 use crate::error::Error;
@@ -129,7 +130,18 @@ where
     let _entered = span.clone();
     let _in_flight = super::idle::enter();
     let start = Instant::now();
-    let r = tracing::Instrument::instrument(fut, span).await;
+    let fut = tracing::Instrument::instrument(fut, span);
+    let r = match crate::otel::rpc(method) {
+        None => fut.await,
+        Some(cx) => {
+            let r = opentelemetry::trace::FutureExt::with_context(fut, cx.clone()).await;
+            match &r {
+                Ok(_) => crate::otel::rpc_end(&cx, tonic::Code::Ok, ""),
+                Err(s) => crate::otel::rpc_end(&cx, s.code(), s.message()),
+            }
+            r
+        }
+    };
     let took = start.elapsed();
     crate::metrics::rpc(
         method,

@@ -129,6 +129,7 @@ pub async fn serve(cfg: Config, reload: Option<reload::Reloader>) -> anyhow::Res
                 .map_err(|e| anyhow::anyhow!(crate::config::ConfigError(e)))?,
         ),
     };
+    crate::otel::apply(&cfg.tracing).map_err(anyhow::Error::msg)?;
     let listener = bind(&cfg.listen)?;
     let state = Arc::new(State::new(cfg.clone()));
     let stream_server = crate::streaming::Server::start(
@@ -223,6 +224,7 @@ pub async fn serve(cfg: Config, reload: Option<reload::Reloader>) -> anyhow::Res
     let result = tonic::transport::Server::builder()
         .trace_fn(|req| tracing::debug_span!("rpc", method = %req.uri().path()))
         .layer(deadline::DeadlineLayer)
+        .layer(crate::otel::propagate::TraceLayer)
         .add_service(
             RuntimeServiceServer::new(runtime::Runtime::new(state.clone()))
                 .max_decoding_message_size(MAX_MESSAGE)
@@ -243,6 +245,7 @@ pub async fn serve(cfg: Config, reload: Option<reload::Reloader>) -> anyhow::Res
     if let Ok(sandboxes) = state.sandboxes() {
         sandboxes.close();
     }
+    crate::otel::stop().await;
     result.context("grpc server")?;
     if let Some(e) = failure.lock().unwrap_or_else(|p| p.into_inner()).take() {
         return Err(e);

@@ -1,7 +1,7 @@
 //! SIGHUP: the config is read again (file, drop-ins, flags) and what can
 //! change while pods run is applied: the log level and format, the
-//! sandbox image, the registry hosts dir, the CDI spec dirs and the
-//! runtime handlers (a running pod keeps its handler by name; its
+//! sandbox image, the registry hosts dir, the CDI spec dirs, the metrics
+//! endpoint, the tracing settings and the runtime handlers (a running pod keeps its handler by name; its
 //! containers are looked up under the new table). A config that does not
 //! load or validate is logged and the running one kept, whole. Keys that
 //! only take effect at a start are named in a warning when they changed.
@@ -25,6 +25,7 @@ pub fn changes(old: &Config, new: &Config) -> (Vec<&'static str>, Vec<&'static s
         ),
         ("cdi.spec_dirs", old.cdi.spec_dirs != new.cdi.spec_dirs),
         ("metrics.address", old.metrics != new.metrics),
+        ("tracing", old.tracing != new.tracing),
         (
             "runtimes, default_runtime",
             old.runtimes != new.runtimes || old.default_runtime != new.default_runtime,
@@ -59,6 +60,9 @@ async fn apply(
         a if old.metrics == new.metrics || a.is_empty() => None,
         a => Some(crate::metrics::serve::bind(a).await?),
     };
+    if old.tracing != new.tracing {
+        crate::otel::apply(&new.tracing)?;
+    }
     if !restart.is_empty() {
         tracing::warn!(keys = ?restart, "changed in the config, but only a restart applies them");
     }

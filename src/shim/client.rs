@@ -47,8 +47,20 @@ pub fn ensure(exe: &Path, dir: &Path) -> io::Result<()> {
     spawn(exe, dir)
 }
 
-/// One request to the shim whose state dir is `dir`.
+/// One request to the shim whose state dir is `dir` (traced when the
+/// caller is: `otel::shim_spans`).
 pub fn call(dir: &Path, req: &ShimRequest, timeout: Duration) -> io::Result<ShimResponse> {
+    match crate::otel::shim_spans::begin(req, dir) {
+        None => call_untraced(dir, req, timeout),
+        Some((span, traced)) => {
+            let r = call_untraced(dir, &traced, timeout);
+            crate::otel::shim_spans::end(span, &r);
+            r
+        }
+    }
+}
+
+fn call_untraced(dir: &Path, req: &ShimRequest, timeout: Duration) -> io::Result<ShimResponse> {
     let addr = std::fs::read_to_string(dir.join("address"))?;
     // A dead shim's socket can still accept connections (see below), so
     // liveness is checked first, by its pid file (written before the

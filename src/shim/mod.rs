@@ -32,6 +32,7 @@ mod runtime;
 pub mod sealed;
 pub mod stream;
 pub mod tenant;
+pub mod traced;
 pub mod wire;
 
 /// Whether a runtime keeps state of container `id` in the shim dir `dir`

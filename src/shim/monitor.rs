@@ -260,6 +260,7 @@ impl Shim {
             let t0 = Instant::now();
             let made = self.runtime_create(made, oci);
             runtime = t0.elapsed();
+            super::traced::record("runtime create", || self.runtime_label(id), runtime);
             made
         })();
         let built = built.and_then(|pid| {
@@ -320,6 +321,7 @@ impl Shim {
         let t0 = Instant::now();
         let r = self.runtime_start(id);
         let runtime = t0.elapsed();
+        super::traced::record("runtime start", || self.runtime_label(id), runtime);
         match r {
             Ok(()) => {
                 if let Some(e) = self.containers.get_mut(id) {
@@ -362,13 +364,16 @@ impl Shim {
                 let err = io::Error::last_os_error();
                 return reply_err(INTERNAL, format!("kill container {id}: {err}"));
             }
+            let took = t0.elapsed();
+            super::traced::record("kill(2)", || "kernel".into(), took);
             return ShimResponse {
-                runtime_us: t0.elapsed().as_micros() as u64,
+                runtime_us: took.as_micros() as u64,
                 ..self.ok(id)
             };
         }
         let r = self.runtime_kill(id, signal, all);
         let runtime = t0.elapsed();
+        super::traced::record("runtime kill", || self.runtime_label(id), runtime);
         match r {
             Ok(()) => ShimResponse {
                 runtime_us: runtime.as_micros() as u64,
@@ -420,11 +425,13 @@ impl Shim {
                 std::thread::sleep(Duration::from_millis(1));
             }
         }
+        let label = super::traced::active().then(|| self.runtime_label(id));
         let t0 = Instant::now();
         if let Err((code, err)) = self.runtime_delete(id) {
             return reply_err(code, err);
         }
         let runtime = t0.elapsed();
+        super::traced::record("runtime delete", || label.unwrap_or_default(), runtime);
         self.reap();
         self.drain_logs(Some(id));
         self.pipes.retain(|(_, c, _)| c != id);
@@ -452,6 +459,7 @@ impl Shim {
         let resp = match read_msg::<ShimRequest>(&mut conn) {
             Ok(ShimRequest {
                 request: Some(Request::Exec(x)),
+                ..
             }) => {
                 match self.containers.get(&x.id).map(|e| e.status) {
                     Some(Status::Running) => {}
@@ -484,6 +492,7 @@ impl Shim {
             }
             Ok(ShimRequest {
                 request: Some(Request::StreamExec(x)),
+                ..
             }) => match self.containers.get(&x.id).map(|e| e.status) {
                 Some(Status::Running) => {
                     let oci = self.oci_of(&x.id);
@@ -498,6 +507,7 @@ impl Shim {
             },
             Ok(ShimRequest {
                 request: Some(Request::Attach(a)),
+                ..
             }) => match self.containers.get(&a.id).map(|e| e.status) {
                 Some(Status::Running) => {
                     self.streams.attach(&a, conn);
@@ -509,7 +519,14 @@ impl Shim {
                 ),
                 None => reply_err(NOT_FOUND, format!("container {} not found", a.id)),
             },
-            Ok(req) => self.handle(req),
+            Ok(req) => {
+                let traced = super::traced::begin(&req);
+                let mut resp = self.handle(req);
+                if let Some(t) = traced {
+                    super::traced::finish(t, &mut resp);
+                }
+                resp
+            }
             Err(e) => reply_err(INVALID, format!("bad request: {e}")),
         };
         let _ = write_msg(&mut conn, &resp);

@@ -206,6 +206,13 @@ impl Shim {
         Ok(())
     }
 
+    /// What runs `id`, for its spans: an OCI runtime's path, or
+    /// libcontainer.
+    pub(super) fn runtime_label(&self, id: &str) -> String {
+        self.oci_of(id)
+            .map_or_else(|| "libcontainer".into(), |o| o.path.display().to_string())
+    }
+
     /// Whether a previous shim left state of `id` for this one to delete.
     pub(super) fn runtime_has_leftover(&self, id: &str) -> bool {
         super::has_runtime_state(&self.dir, id)

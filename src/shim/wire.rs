@@ -43,6 +43,7 @@ mod tests {
     fn round_trip() {
         let req = ShimRequest {
             request: Some(Request::Start(StartRequest { id: "c1".into() })),
+            ..Default::default()
         };
         let mut buf = Vec::new();
         write_msg(&mut buf, &req).expect("write");

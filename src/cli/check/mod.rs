@@ -73,7 +73,49 @@ pub async fn run_all(cfg: &Config) -> Vec<Check> {
     ));
     out.extend(handlers::handlers(cfg));
     out.push(metrics(&cfg.metrics.address));
+    out.push(tracing_export(&cfg.tracing).await);
     out
+}
+
+/// Where husk's spans go, and whether that collector takes connections.
+async fn tracing_export(t: &crate::config::TracingConfig) -> Check {
+    let uri = match t.uri() {
+        Ok(Some(u)) => u,
+        Ok(None) => {
+            return check(
+                "tracing",
+                Level::Ok,
+                "off ([tracing] endpoint is empty)",
+                "set [tracing] endpoint to export OpenTelemetry spans over OTLP/gRPC",
+            )
+        }
+        Err(e) => return check("tracing", Level::Fail, e.0, "fix [tracing] endpoint"),
+    };
+    let at = format!(
+        "{}:{}",
+        uri.host().unwrap_or_default(),
+        uri.port_u16().unwrap_or_default()
+    );
+    let what = format!(
+        "spans to the OTLP/gRPC collector at {at}, {} of the traces that start here",
+        t.sampling_ratio
+    );
+    let connect = tokio::net::TcpStream::connect(&at);
+    match tokio::time::timeout(std::time::Duration::from_secs(2), connect).await {
+        Ok(Ok(_)) => check("tracing", Level::Ok, what, ""),
+        Ok(Err(e)) => check(
+            "tracing",
+            Level::Warn,
+            format!("{what}; it refuses connections: {e}"),
+            "start the collector; until then spans are dropped (husk_trace_spans_failed_total)",
+        ),
+        Err(_) => check(
+            "tracing",
+            Level::Warn,
+            format!("{what}; it did not answer a connection in 2 s"),
+            "check the collector; until then spans are dropped (husk_trace_spans_failed_total)",
+        ),
+    }
 }
 
 /// Where Prometheus scrapes husk, if anywhere.
