@@ -10,27 +10,9 @@ mod common;
 
 use common::ctr::*;
 use common::pod;
+use common::scrape::{scrape, value};
 use husk::api::cri::*;
 use std::io::{Read, Write};
-
-fn scrape(port: u16) -> String {
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-        .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
-    assert!(out.contains("text/plain; version=0.0.4"), "{out}");
-    out
-}
-
-/// The value of the sample `name{labels}` (labels as written), 0 if absent.
-fn value(text: &str, sample: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(sample)?.strip_prefix(' '))
-        .map(|v| v.trim().parse().unwrap())
-        .unwrap_or(0.0)
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn metrics_follow_a_pods_life() {
