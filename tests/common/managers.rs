@@ -219,8 +219,8 @@ async fn pod_cgroups_bound(env: Env, systemd: bool) {
         let gunit = unit(&format!("/pod{}", uid(&g)));
         let show = |u: &str, p: &str| systemctl(&["show", "-p", p, "--value", u]);
         assert_eq!(show(&gunit, "MemoryMax"), "67108864");
-        assert_eq!(show(&gunit, "CPUQuotaPerSecUSec"), "200ms");
-        assert_eq!(show(&gunit, "CPUWeight"), "8");
+        assert_eq!(show(&gunit, "CPUQuotaPerSecUSec"), "500ms");
+        assert_eq!(show(&gunit, "CPUWeight"), "20");
         assert_eq!(show(&gunit, "TasksMax"), "64");
         assert_eq!(show(&unit("/burstable"), "CPUWeight"), "10");
         // The pods' root slice: the node's CPUs as weight, no reservation
