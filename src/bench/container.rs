@@ -38,6 +38,9 @@ pub(super) fn container(image: &str) -> ContainerConfig {
         }),
         image: Some(ImageSpec {
             image: image.into(),
+            // As the kubelet sends it (CRI-O 1.36 refuses a create
+            // without it: it names the image signatures are checked for).
+            user_specified_image: image.into(),
             ..Default::default()
         }),
         command: vec!["/bin/sleep".into(), "3600".into()],

@@ -34,6 +34,9 @@ fn web(image: &str) -> ContainerConfig {
         }),
         image: Some(ImageSpec {
             image: image.into(),
+            // As the kubelet sends it (CRI-O 1.36 refuses a create
+            // without it: it names the image signatures are checked for).
+            user_specified_image: image.into(),
             ..Default::default()
         }),
         command: vec!["/bin/sh".into(), "-c".into(), script],
