@@ -173,3 +173,17 @@ pub async fn bench_containers(
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn containers_name_the_image_the_user_gave() {
+        let i = "127.0.0.1:5000/app:1";
+        let c = super::container(i);
+        let spec = c.image.unwrap_or_default();
+        assert_eq!(
+            (spec.image.as_str(), spec.user_specified_image.as_str()),
+            (i, i)
+        );
+    }
+}

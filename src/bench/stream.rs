@@ -183,3 +183,16 @@ pub async fn bench_stream(
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_web_container_names_the_image_the_user_gave() {
+        let i = "127.0.0.1:5000/app:1";
+        let spec = super::web(i).image.unwrap_or_default();
+        assert_eq!(
+            (spec.image.as_str(), spec.user_specified_image.as_str()),
+            (i, i)
+        );
+    }
+}
