@@ -197,30 +197,21 @@ impl Traced {
         let call = cx
             .get::<crate::otel::propagate::RpcPath>()
             .is_some_and(|p| p.0.rsplit('/').next() == Some(op));
-        if call {
-            return Traced {
-                parent: cx,
-                own: false,
+        let own = if call {
+            None
+        } else {
+            crate::otel::child(
+                &cx,
+                op,
+                opentelemetry::trace::SpanKind::Internal,
                 wall,
-            };
-        }
-        match crate::otel::child(
-            &cx,
-            op,
-            opentelemetry::trace::SpanKind::Internal,
+                vec![],
+            )
+        };
+        Traced {
+            own: own.is_some(),
+            parent: own.unwrap_or(cx),
             wall,
-            vec![],
-        ) {
-            Some(own) => Traced {
-                parent: own,
-                own: true,
-                wall,
-            },
-            None => Traced {
-                parent: cx,
-                own: false,
-                wall,
-            },
         }
     }
 }
