@@ -20,12 +20,7 @@ async fn metrics_follow_a_pods_life() {
         return;
     }
     let port = common::free_port();
-    let p = pod::setup_with(
-        vec![],
-        "/usr/lib/cni",
-        vec!["--metrics-address".into(), format!("127.0.0.1:{port}")],
-    )
-    .await;
+    let p = pod::setup_with_metrics(port).await;
     let before = scrape(port);
     for help in [
         "# TYPE husk_grpc_requests_total counter",

@@ -23,11 +23,6 @@ async fn version(p: &pod::Pod) {
         .unwrap();
 }
 
-fn hup(p: &pod::Pod) {
-    // SAFETY: kill(2) of the test's own server.
-    unsafe { libc::kill(p.h.pid() as i32, libc::SIGHUP) };
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn sighup_reloads_what_can_change_while_pods_run() {
     if !common::require_root() {
@@ -62,13 +57,8 @@ async fn sighup_reloads_what_can_change_while_pods_run() {
         format!("log_level = \"debug\"\nsandbox_image = \"{other}\"\n"),
     )
     .unwrap();
-    let mark = p.h.log().len();
-    hup(&p);
-    wait_for!(30, "the reload", {
-        log_since(&p, mark)
-            .contains("config reloaded")
-            .then_some(())
-    });
+    let said = p.h.reload().await;
+    assert!(said.contains("config reloaded"), "{said}");
     let mark = p.h.log().len();
     version(&p).await;
     assert!(
@@ -94,14 +84,11 @@ async fn sighup_reloads_what_can_change_while_pods_run() {
         "log_level = \"warn\"\nbogus_key = 1\n",
     )
     .unwrap();
-    let mark = p.h.log().len();
-    hup(&p);
-    let said = wait_for!(30, "the failed reload", {
-        let l = log_since(&p, mark);
-        l.contains("config reload failed").then_some(l)
-    });
+    let said = p.h.reload().await;
     assert!(
-        said.contains("60-bad.toml") && said.contains("bogus_key"),
+        said.contains("config reload failed")
+            && said.contains("60-bad.toml")
+            && said.contains("bogus_key"),
         "{said}"
     );
     let mark = p.h.log().len();

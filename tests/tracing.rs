@@ -184,22 +184,6 @@ fn print_tree(spans: &[Received], at: &Received, depth: usize) {
     }
 }
 
-fn hup(p: &pod::Pod) {
-    // SAFETY: kill(2) of the test's own server.
-    unsafe { libc::kill(p.h.pid() as i32, libc::SIGHUP) };
-}
-
-/// Sends SIGHUP and waits for the outcome ("config reloaded" or "config
-/// reload failed"); the log lines since.
-async fn reload(p: &pod::Pod) -> String {
-    let mark = p.h.log().len();
-    hup(p);
-    wait_for!(30, "the reload", {
-        let l = p.h.log()[mark..].to_string();
-        (l.contains("config reloaded") || l.contains("config reload failed")).then_some(l)
-    })
-}
-
 async fn versions(p: &pod::Pod, n: usize) {
     let mut rt = p.h.runtime().await;
     for _ in 0..n {
@@ -217,12 +201,7 @@ async fn tracing_follows_reloads_and_a_dead_collector_costs_only_spans() {
     }
     let r = Receiver::start().await;
     let port = common::free_port();
-    let p = pod::setup_with(
-        vec![],
-        "/usr/lib/cni",
-        vec!["--metrics-address".into(), format!("127.0.0.1:{port}")],
-    )
-    .await;
+    let p = pod::setup_with_metrics(port).await;
     let conf_d = p.h.dir.path().join("conf.d");
     std::fs::create_dir_all(&conf_d).unwrap();
     // Off: nothing is sent, traceparent or not.
@@ -237,7 +216,7 @@ async fn tracing_follows_reloads_and_a_dead_collector_costs_only_spans() {
         format!("[tracing]\nendpoint = \"127.0.0.1:{dead}\"\nqueue_size = 4\n"),
     )
     .unwrap();
-    let said = reload(&p).await;
+    let said = p.h.reload().await;
     assert!(said.contains("config reloaded"), "{said}");
     versions(&p, 5).await;
     // The first batch is in its export by now; every call still answers.
@@ -268,7 +247,7 @@ async fn tracing_follows_reloads_and_a_dead_collector_costs_only_spans() {
         ),
     )
     .unwrap();
-    let said = reload(&p).await;
+    let said = p.h.reload().await;
     assert!(said.contains("config reloaded"), "{said}");
     let mut rt = p.h.runtime().await;
     rt.status(StatusRequest::default()).await.unwrap();
@@ -290,7 +269,7 @@ async fn tracing_follows_reloads_and_a_dead_collector_costs_only_spans() {
         "[tracing]\nendpoint = \"https://collector:4317\"\n",
     )
     .unwrap();
-    let said = reload(&p).await;
+    let said = p.h.reload().await;
     assert!(
         said.contains("config reload failed") && said.contains("tracing.endpoint"),
         "{said}"

@@ -36,6 +36,12 @@ pub async fn setup_with(extra: Vec<serde_json::Value>, bin_dirs: &str, args: Vec
     setup_config(extra, bin_dirs, args, "").await
 }
 
+/// `setup`, the server's Prometheus metrics served on 127.0.0.1:`port`.
+pub async fn setup_with_metrics(port: u16) -> Pod {
+    let flag = vec!["--metrics-address".into(), format!("127.0.0.1:{port}")];
+    setup_with(vec![], "/usr/lib/cni", flag).await
+}
+
 /// `setup_with`, the server's config file holding `config`.
 pub async fn setup_config(
     extra: Vec<serde_json::Value>,

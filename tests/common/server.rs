@@ -143,6 +143,18 @@ impl Husk {
         std::fs::read_to_string(self.dir.path().join("husk.log")).unwrap_or_default()
     }
 
+    /// Sends SIGHUP and waits (30 s at most) for its outcome, "config
+    /// reloaded" or "config reload failed"; the log written since.
+    pub async fn reload(&self) -> String {
+        let mark = self.log().len();
+        // SAFETY: kill(2) of the test's own server.
+        unsafe { libc::kill(self.pid() as i32, libc::SIGHUP) };
+        crate::wait_for!(30, "the reload", {
+            let l = self.log()[mark..].to_string();
+            (l.contains("config reloaded") || l.contains("config reload failed")).then_some(l)
+        })
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.as_ref().unwrap().id()
     }
