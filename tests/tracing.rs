@@ -89,6 +89,17 @@ async fn a_traced_run_pod_sandbox_is_one_connected_trace() {
     ))
     .await
     .unwrap();
+    // A malformed or oversized traceparent is no parent: the call answers
+    // and, at ratio 0, is not traced.
+    for bad in [
+        "00-zz-1-01".to_string(),
+        format!("00-{unsampled}-{}-01", "f".repeat(8 << 10)),
+        "ff-ffffffffffffffffffffffffffffffff-ffffffffffffffff-ff".to_string(),
+    ] {
+        let mut r = tonic::Request::new(ListContainersRequest::default());
+        r.metadata_mut().insert("traceparent", bad.parse().unwrap());
+        rt.list_containers(r).await.unwrap();
+    }
 
     let rpc = "runtime.v1.RuntimeService/RunPodSandbox";
     let spans = r
@@ -164,6 +175,11 @@ async fn a_traced_run_pod_sandbox_is_one_connected_trace() {
         all.iter()
             .all(|s| s.span.name != "runtime.v1.RuntimeService/Version"),
         "a parentless call at ratio 0"
+    );
+    assert!(
+        all.iter()
+            .all(|s| s.span.name != "runtime.v1.RuntimeService/ListContainers"),
+        "a call with a malformed traceparent"
     );
     common::ctr::stop_remove_pod(&p.h, &pod_id).await;
 }
