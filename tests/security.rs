@@ -5,36 +5,13 @@
 
 mod common;
 
-use common::ctr::*;
+use common::ctr::{attack_image as image, *};
 use common::images::*;
 use common::pod::{self, Pod};
 use husk::api::cri::*;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-
-/// Pushes and pulls an image of busybox plus `extra` entries, with
-/// `config` (Entrypoint `sh -c` unless it says otherwise).
-async fn image(p: &Pod, name: &str, extra: Vec<Entry>, config: serde_json::Value) -> String {
-    let mut entries = busybox_entries();
-    // Later entries of the same path win when the layer is unpacked.
-    entries.extend(extra);
-    let mut cfg = serde_json::json!({"Entrypoint": ["/bin/sh", "-c"], "Cmd": ["sleep 3600"], "Env": ["PATH=/bin"]});
-    for (k, v) in config.as_object().unwrap() {
-        cfg[k] = v.clone();
-    }
-    let img = common::images::Image::with_config(
-        vec![Layer::new(&entries, Compression::Gzip)],
-        "amd64",
-        cfg,
-    );
-    Pusher::new(&p.reg)
-        .image(&format!("attack/{name}"), "v1", &img, Format::Oci)
-        .await;
-    let r = format!("{}/attack/{name}:v1", p.reg.host());
-    p.h.pull(&r).await.unwrap();
-    r
-}
 
 /// A host-network pod (the attacks need no network of their own).
 async fn host_pod(p: &Pod, name: &str) -> (String, PodSandboxConfig) {

@@ -138,11 +138,12 @@ impl ContainerManager {
         steps.end("rootfs");
         let mut with_volumes = c.clone();
         super::image_volumes::mount_all(&self.images, &mut with_volumes, &dir, &found.volumes)?;
-        let c = &with_volumes;
 
         // Mount points of the config's mounts, created inside the rootfs
-        // (confined: an image symlink cannot send them to the host).
-        for m in &c.mounts {
+        // (confined: an image symlink cannot send them to the host). Each
+        // destination is checked as asked and as resolved through the
+        // image's symlinks, and the spec names it resolved, once.
+        for m in &mut with_volumes.mounts {
             let host = Path::new(&m.host_path);
             if !host.is_absolute() || !m.container_path.starts_with('/') {
                 return Err(SandboxError::Invalid(format!(
@@ -150,14 +151,13 @@ impl ContainerManager {
                     m.host_path, m.container_path
                 )));
             }
-            super::mounts::check_proc_destination(&m.container_path, &m.container_path)
-                .map_err(|SpecError(e)| SandboxError::Invalid(e))?;
+            check_destination(&m.container_path, &m.container_path)?;
             if let Some(at) = crate::image::confined::resolve_in_root(
                 &dir.join("rootfs"),
                 Path::new(&m.container_path),
             ) {
-                super::mounts::check_proc_destination(&m.container_path, &at.to_string_lossy())
-                    .map_err(|SpecError(e)| SandboxError::Invalid(e))?;
+                check_destination(&m.container_path, &at.to_string_lossy())?;
+                m.container_path = at.to_string_lossy().into_owned();
             }
             // A missing host path becomes an empty directory, as containerd does.
             if !host.exists() {
@@ -174,6 +174,7 @@ impl ContainerManager {
                 Path::new(&m.container_path),
             )?;
         }
+        let c = &with_volumes;
         steps.end("mount points");
         let cfg: crate::image::manifest::ImageConfig =
             serde_json::from_slice(&self.images.config_json(image)?)
@@ -181,6 +182,7 @@ impl ContainerManager {
         let d = cfg.config.unwrap_or_default();
         let mut volumes = Vec::new();
         for (i, v) in d.volumes.clone().unwrap_or_default().keys().enumerate() {
+            check_destination(&format!("{v} (the image's VOLUME)"), v)?;
             let host = dir.join("volumes").join(i.to_string());
             std::fs::create_dir_all(&host).map_err(SandboxError::io("create volume"))?;
             if let Some((uid, gid)) = pod.userns.as_ref().map(|u| u.root()) {
@@ -373,4 +375,13 @@ impl ContainerManager {
         tracing::info!(container_id = %id, pod_sandbox_id = %sandbox_id, "container created");
         Ok(())
     }
+}
+
+/// A mount landing at `dest` (its destination as `asked`, or resolved):
+/// never a bind on or under /proc, nor a volume at /dev or on the
+/// runtime's nodes there.
+fn check_destination(asked: &str, dest: &str) -> Result<(), SandboxError> {
+    super::mounts::check_proc_destination(asked, dest)
+        .and_then(|()| super::kernel_mounts::check_dev_destination(asked, dest))
+        .map_err(|SpecError(e)| SandboxError::Invalid(e))
 }

@@ -9,6 +9,7 @@ mod exits;
 mod host_devices;
 mod idmapped;
 pub mod image_volumes;
+pub mod kernel_mounts;
 pub mod manager;
 pub mod mounts;
 mod ops;

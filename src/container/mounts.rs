@@ -322,7 +322,8 @@ fn mount_of<'a>(path: &Path, mountinfo: &'a str) -> Option<(&'a str, &'a str)> {
 }
 
 /// The mounts: defaults, the pod's files and /dev/shm, image volumes, then
-/// the config's mounts (which win at the same destination).
+/// the config's mounts (which win at the same destination), in the order
+/// of `kernel_mounts::order`.
 pub fn mounts(
     c: &ContainerConfig,
     pod: &PodContext<'_>,
@@ -335,18 +336,19 @@ pub fn mounts(
     } else {
         json!(["nosuid", "noexec", "nodev", "ro"])
     };
-    let mut m = vec![
+    let mut kernel = vec![
         json!({"destination": "/proc", "type": "proc", "source": "proc", "options": ["nosuid", "noexec", "nodev"]}),
         json!({"destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]}),
         json!({"destination": "/dev/pts", "type": "devpts", "source": "devpts", "options": ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"]}),
         json!({"destination": "/dev/mqueue", "type": "mqueue", "source": "mqueue", "options": ["nosuid", "noexec", "nodev"]}),
         json!({"destination": "/sys", "type": "sysfs", "source": "sysfs", "options": sys_opts}),
     ];
-    m.extend(cgroup_mounts(
+    kernel.extend(cgroup_mounts(
         crate::cgroup::Layout::host(),
         cgroups_path,
         privileged,
     ));
+    let mut m = Vec::new();
     let user_dests: Vec<&str> = c.mounts.iter().map(|x| x.container_path.as_str()).collect();
     for f in ["resolv.conf", "hostname", "hosts"] {
         let dest = format!("/etc/{f}");
@@ -374,7 +376,7 @@ pub fn mounts(
         }
         m.push(json!({"destination": x.container_path, "type": "bind", "source": x.host_path, "options": opts}));
     }
-    m
+    super::kernel_mounts::order(kernel, m)
 }
 
 /// The config's devices: the device nodes to create in the container and

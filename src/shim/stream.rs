@@ -26,7 +26,7 @@ use libcontainer::container::Container;
 use libcontainer::syscall::syscall::SyscallType;
 use std::collections::HashMap;
 use std::io::Read;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -128,11 +128,46 @@ pub(super) fn receive_master(l: &UnixListener, path: &Path) -> Result<OwnedFd, S
     for m in anc.drain() {
         if let RecvAncillaryMessage::ScmRights(mut it) = m {
             if let Some(fd) = it.next() {
+                check_pty_master(&fd)?;
                 return Ok(fd);
             }
         }
     }
     Err("the console socket carried no terminal".into())
+}
+
+/// What came over the console socket must be a pseudo-terminal master of
+/// a devpts (`ptmx`, 5:2, on a file system with devpts' magic, answering
+/// TIOCGPTN), whoever sent it: a runtime tricked into opening a file of
+/// the container's choosing (CVE-2025-52565) gets its container refused,
+/// not its file read as the container's output.
+pub(super) fn check_pty_master(fd: &OwnedFd) -> Result<(), String> {
+    const DEVPTS_SUPER_MAGIC: i64 = 0x1cd1;
+    let st = rustix::fs::fstat(fd).map_err(|e| format!("console: fstat: {e}"))?;
+    let fs = rustix::fs::fstatfs(fd).map_err(|e| format!("console: fstatfs: {e}"))?;
+    let (major, minor) = (rustix::fs::major(st.st_rdev), rustix::fs::minor(st.st_rdev));
+    let is_char =
+        rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::CharacterDevice;
+    #[allow(clippy::unnecessary_cast)]
+    let magic = fs.f_type as i64;
+    if !is_char || (major, minor) != (5, 2) || magic != DEVPTS_SUPER_MAGIC {
+        return Err(format!(
+            "console: the terminal sent over the console socket is not a devpts ptmx \
+             (type {:?}, device {major}:{minor}, file system magic {magic:#x}): refused",
+            rustix::fs::FileType::from_raw_mode(st.st_mode)
+        ));
+    }
+    let mut n: libc::c_uint = 0;
+    // SAFETY: TIOCGPTN writes one unsigned int through a valid pointer to
+    // a local; the fd is owned and open.
+    let r = unsafe { libc::ioctl(fd.as_raw_fd(), libc::TIOCGPTN, &mut n) };
+    if r != 0 {
+        return Err(format!(
+            "console: the terminal sent is not a pty master (TIOCGPTN: {}): refused",
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(())
 }
 
 /// Receives a stream exec's terminal master into `mine`; on a failure

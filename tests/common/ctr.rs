@@ -1,7 +1,7 @@
 //! Containers in test pods: a busybox app image in the test registry, a
 //! container config, create+start, status and cgroup file helpers.
 
-use super::images::{busybox_entries, Compression, Format, Image, Layer, Pusher};
+use super::images::{busybox_entries, Compression, Entry, Format, Image, Layer, Pusher};
 use super::pod::Pod;
 use super::server::Husk;
 use husk::api::cri::*;
@@ -258,4 +258,28 @@ pub async fn run_to_exit(
         .await
         .unwrap();
     st
+}
+
+/// Pushes and pulls an image of busybox plus `extra` entries, with
+/// `config` (Entrypoint `sh -c` unless it says otherwise).
+pub async fn attack_image(
+    p: &Pod,
+    name: &str,
+    extra: Vec<Entry>,
+    config: serde_json::Value,
+) -> String {
+    let mut entries = busybox_entries();
+    // Later entries of the same path win when the layer is unpacked.
+    entries.extend(extra);
+    let mut cfg = serde_json::json!({"Entrypoint": ["/bin/sh", "-c"], "Cmd": ["sleep 3600"], "Env": ["PATH=/bin"]});
+    for (k, v) in config.as_object().unwrap() {
+        cfg[k] = v.clone();
+    }
+    let img = Image::with_config(vec![Layer::new(&entries, Compression::Gzip)], "amd64", cfg);
+    Pusher::new(&p.reg)
+        .image(&format!("attack/{name}"), "v1", &img, Format::Oci)
+        .await;
+    let r = format!("{}/attack/{name}:v1", p.reg.host());
+    p.h.pull(&r).await.unwrap();
+    r
 }

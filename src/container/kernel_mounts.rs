@@ -1,0 +1,168 @@
+//! Where a container's volumes may land beside the kernel's file systems
+//! that the runtime mounts for it (`/proc`, `/sys`, `/dev` and its
+//! device nodes), and in which order the spec lists them.
+//!
+//! - **No volume at `/dev`** or on a node the runtime makes there (`null`,
+//!   `pts`, `console`, `ptmx`, …), named so or through the image's
+//!   symlinks: the runtime would write its device nodes into the node's
+//!   directory behind it, and the container's `/dev/null`, which masks the
+//!   masked paths, would be whatever that directory holds
+//!   (CVE-2025-31133). Such a mount is InvalidArgument naming it; devices
+//!   are given through `devices` or CDI.
+//! - **Volumes before the kernel's file systems.** A runtime resolves a
+//!   destination again when it mounts it, through the volumes mounted
+//!   before it: a neighbour sharing an emptyDir can turn a nested
+//!   destination into a link to `/dev`, `/dev/pts` or `/proc` between
+//!   husk's check and the runtime's mount (CVE-2025-31133, -52565,
+//!   -52881). So every volume that is not under `/proc`, `/sys` or `/dev`
+//!   is listed first; then procfs, sysfs, the cgroups, the `/dev` tmpfs
+//!   and mqueue, which cover whatever a redirected volume reached there;
+//!   then the volumes under those (the pod's `/dev/shm`, the kubelet's
+//!   termination log, lxcfs files), whose parents no neighbour can reach;
+//!   and devpts last, so the console's pty comes from a devpts of the
+//!   container's own. Whatever was redirected stays under them, unseen
+//!   and unwritten. This holds for every handler: runc mounts in the
+//!   spec's order too.
+
+use super::SpecError;
+use serde_json::Value;
+use std::path::Path;
+
+/// What a runtime makes in a container's `/dev` (libcontainer's and runc's
+/// default devices and links, the console and the devpts).
+pub const RUNTIME_DEV_NODES: [&str; 14] = [
+    "null", "zero", "full", "random", "urandom", "tty", "console", "ptmx", "pts", "fd", "stdin",
+    "stdout", "stderr", "core",
+];
+
+/// `dest` lexically cleaned, absolute (`//dev/.` is `/dev`).
+fn clean(dest: &str) -> String {
+    format!(
+        "/{}",
+        crate::image::confined::join(&crate::image::confined::clean(Path::new(dest))).display()
+    )
+}
+
+/// Refuses a mount of `asked` that lands at `dest` (its destination as
+/// asked, or resolved through the image's symlinks) on `/dev` or on a
+/// node the runtime makes there.
+pub fn check_dev_destination(asked: &str, dest: &str) -> Result<(), SpecError> {
+    let clean = clean(dest);
+    let node = clean
+        .strip_prefix("/dev/")
+        .and_then(|rest| rest.split('/').next())
+        .filter(|first| RUNTIME_DEV_NODES.contains(first));
+    if clean == "/dev" || node.is_some() {
+        return Err(SpecError(format!(
+            "mount {asked}: a volume at {clean} is refused: /dev is the container's own tmpfs, \
+             whose device nodes the runtime makes and whose /dev/null masks the masked paths \
+             (a volume there would have them written into the node's directory and chosen by \
+             whoever else can write it); give devices through the container's devices or CDI"
+        )));
+    }
+    Ok(())
+}
+
+/// Whether `dest` is on or under one of the kernel's file systems that the
+/// runtime mounts.
+fn under_kernel_fs(dest: &str) -> bool {
+    let c = clean(dest);
+    ["/proc", "/sys", "/dev"]
+        .iter()
+        .any(|k| c == *k || c.starts_with(&format!("{k}/")))
+}
+
+/// Orders a container's mounts: `kernel` (the runtime's file systems, in
+/// their own order, devpts among them) and `binds` (the pod's files and
+/// `/dev/shm`, image volumes and the config's mounts, in theirs) as the
+/// module's header says.
+pub fn order(kernel: Vec<Value>, binds: Vec<Value>) -> Vec<Value> {
+    let dest = |m: &Value| m["destination"].as_str().unwrap_or("").to_string();
+    let (devpts, kernel): (Vec<Value>, Vec<Value>) =
+        kernel.into_iter().partition(|m| m["type"] == "devpts");
+    let (inside, outside): (Vec<Value>, Vec<Value>) =
+        binds.into_iter().partition(|m| under_kernel_fs(&dest(m)));
+    outside
+        .into_iter()
+        .chain(kernel)
+        .chain(inside)
+        .chain(devpts)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn dev_and_the_runtimes_nodes_are_refused_however_spelt() {
+        for d in [
+            "/dev",
+            "/dev/",
+            "//dev/.",
+            "/dev/../dev",
+            "/dev/null",
+            "/dev/pts",
+            "/dev/pts/0",
+            "/dev/console",
+            "/dev/ptmx",
+            "/dev/fd",
+        ] {
+            let e = check_dev_destination("/asked", d).expect_err(d).0;
+            assert!(e.contains("mount /asked") && e.contains("/dev"), "{d}: {e}");
+        }
+        for d in [
+            "/dev/shm",
+            "/dev/termination-log",
+            "/dev/fuse",
+            "/dev/nullx",
+            "/devices",
+            "/var/dev",
+        ] {
+            assert!(check_dev_destination(d, d).is_ok(), "{d}");
+        }
+    }
+
+    #[test]
+    fn volumes_come_before_the_kernels_file_systems_and_devpts_last() {
+        let m = |d: &str, t: &str| json!({"destination": d, "type": t});
+        let kernel = vec![
+            m("/proc", "proc"),
+            m("/dev", "tmpfs"),
+            m("/dev/pts", "devpts"),
+            m("/dev/mqueue", "mqueue"),
+            m("/sys", "sysfs"),
+        ];
+        let binds = vec![
+            m("/etc/hosts", "bind"),
+            m("/dev/shm", "bind"),
+            m("/vol", "bind"),
+            m("/vol/d", "bind"),
+            m("/proc/meminfo", "bind"),
+            m("/dev/termination-log", "bind"),
+            m("/sysroot", "bind"),
+        ];
+        let got: Vec<String> = order(kernel, binds)
+            .iter()
+            .map(|m| m["destination"].as_str().unwrap_or("").to_string())
+            .collect();
+        assert_eq!(
+            got,
+            [
+                "/etc/hosts",
+                "/vol",
+                "/vol/d",
+                "/sysroot",
+                "/proc",
+                "/dev",
+                "/dev/mqueue",
+                "/sys",
+                "/dev/shm",
+                "/proc/meminfo",
+                "/dev/termination-log",
+                "/dev/pts",
+            ]
+        );
+    }
+}
