@@ -223,7 +223,7 @@ pub fn set_sysctls(
                     format!("sysctl {key:?}: not a sysctl name"),
                 )
             })?;
-            fs::write(format!("/proc/sys/{path}"), value.as_bytes()).map_err(|e| {
+            write_sysctl(&path, value).map_err(|e| {
                 let what = if e.kind() == io::ErrorKind::NotFound {
                     "no such sysctl".to_string()
                 } else {
@@ -234,6 +234,31 @@ pub fn set_sysctls(
         }
         Ok(())
     })
+}
+
+/// Writes `value` to `/proc/sys/<path>` of the server's own procfs through
+/// a handle opened without following any symlink or magic link, and
+/// checked to be on procfs before the write: what the pod can reach never
+/// decides where a sysctl lands.
+fn write_sysctl(path: &str, value: &str) -> io::Result<()> {
+    use rustix::fs::{OFlags, ResolveFlags};
+    const PROC_SUPER_MAGIC: i64 = 0x9fa0;
+    let fd = rustix::fs::openat2(
+        rustix::fs::CWD,
+        format!("/proc/sys/{path}"),
+        OFlags::WRONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+        rustix::fs::Mode::empty(),
+        ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+    )?;
+    #[allow(clippy::unnecessary_cast)]
+    let magic = rustix::fs::fstatfs(&fd)?.f_type as i64;
+    if magic != PROC_SUPER_MAGIC {
+        return Err(io::Error::other(format!(
+            "/proc/sys/{path} is not on procfs (magic {magic:#x})"
+        )));
+    }
+    rustix::io::write(&fd, value.as_bytes())?;
+    Ok(())
 }
 
 /// Brings the loopback interface up inside the netns at `path`.

@@ -14,6 +14,7 @@ pub mod deb;
 pub mod images;
 pub mod kubelet;
 pub mod managers;
+pub mod masks;
 pub mod otlp;
 pub mod pod;
 pub mod registry;

@@ -27,7 +27,8 @@
 //!   refusal of an idmapped tmpfs volume.
 //! - `security.rs`: no runtime descriptor at a payload's execve, and the
 //!   sealed binary of the shims (a memfd copy where overlayfs refuses the
-//!   guest's share), on this kernel.
+//!   guest's share), a volume at /dev and neighbours racing a nested mount
+//!   onto /dev, /dev/pts or /proc, on this kernel.
 //! - `handlers.rs`: OCI runtime handlers (Debian's crun, and runc) on v2
 //!   and under the systemd driver: limits, execs, OOM kills, stops, scopes.
 //! - `kernel.rs`: `husk check`, AppArmor (husk's default profile, Localhost
@@ -57,13 +58,14 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Guest tests, by name: the host test expects each to pass.
-const GUEST_TESTS: [&str; 8] = [
+const GUEST_TESTS: [&str; 9] = [
     "handlers::guest_oci_handlers_crun_and_runc",
     "kernel::guest_check_apparmor_seccomp_propagation",
     "lifecycle::guest_exec_attach_port_forward_restart_and_cleanup",
     "limits::guest_limits_devices_updates_and_stats",
     "managers::guest_kubelet_pod_cgroups_and_oom_events",
     "oom::guest_oom_kills_are_reported",
+    "security::guest_masks_dev_volumes_and_racing_neighbours",
     "security::guest_no_runtime_descriptor_and_a_sealed_shim",
     "userns::guest_user_namespaces_on_this_kernel",
 ];

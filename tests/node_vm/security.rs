@@ -3,7 +3,9 @@
 //! no runtime descriptor at a payload's execve (close_range, or the
 //! per-descriptor fallback), and the sealed binary the shims run from —
 //! here the test binary lives on the guest's 9p share, where overlayfs may
-//! refuse it as a lower layer and the sealed memfd copy is used instead.
+//! refuse it as a lower layer and the sealed memfd copy is used instead;
+//! and round two (a volume at /dev, neighbours racing a nested mount onto
+//! /dev, /dev/pts or /proc), on husk's own path.
 
 use super::*;
 use common::ctr::{app_image, ccfg, create, exec_sync, run_to_exit, shell, start};
@@ -71,5 +73,33 @@ async fn guest_no_runtime_descriptor_and_a_sealed_shim() {
         }
     }
     common::ctr::stop_remove_pod(&p.h, &pod).await;
+    assert!(leftovers(&p).is_empty(), "{:?}", leftovers(&p));
+}
+
+/// Hostile pods, round two, on this kernel and cgroup v2 (the host suite's
+/// `security_masks.rs` runs them on the host's, under runc too): a
+/// volume at /dev is refused with nothing written, and a neighbour
+/// redirecting a nested mount onto /dev, /dev/pts or /proc through a
+/// shared emptyDir is contained.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "runs in the node VM (cgroup_v2_node)"]
+async fn guest_masks_dev_volumes_and_racing_neighbours() {
+    guest();
+    let mut p = setup(vec![]).await;
+    kubelet_parent(&mut p);
+    let image = common::masks::canary_image(&p).await;
+    let node = tempfile::tempdir().unwrap();
+    let (pod, pc) = common::masks::pod_under(&p, "devvol", "").await;
+    let mut c = ccfg(&image, "dev", &[], &[]);
+    c.mounts = vec![common::masks::bind(node.path(), "/volume")];
+    let e = common::ctr::try_create(&p.h, &pod, &pc, c)
+        .await
+        .expect_err("a volume at /dev through the image's link");
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    assert!(common::masks::listing(node.path()).is_empty());
+    common::ctr::stop_remove_pod(&p.h, &pod).await;
+    for race in &common::masks::RACES {
+        common::masks::race(&p, &image, "", race, 100, 3).await;
+    }
     assert!(leftovers(&p).is_empty(), "{:?}", leftovers(&p));
 }
