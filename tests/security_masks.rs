@@ -17,9 +17,10 @@ use common::pod;
 
 /// A volume at `/dev` — named so, through an image symlink, or a runtime's
 /// own node under it — is InvalidArgument naming the mount, on every
-/// handler and for privileged containers too; the node's directory behind
-/// it is left as it was (no device node, no link), and nothing of the
-/// container is left. A mount under `/dev` that is not the runtime's
+/// handler and for privileged containers too (but a privileged
+/// container's whole `/dev` under an OCI handler); the node's directory
+/// behind it is left as it was (no device node, no link), and nothing of
+/// the container is left. A mount under `/dev` that is not the runtime's
 /// (the kubelet's termination log) still works, and the masks are
 /// genuine `/dev/null`s.
 #[tokio::test(flavor = "multi_thread")]
@@ -49,6 +50,10 @@ async fn a_volume_at_dev_is_refused_and_nothing_is_written_into_it() {
             ("/dev/ptmx", node_file.as_path()),
         ] {
             for privileged in [false, true] {
+                let whole = dest != "/dev/pts" && src == node.path();
+                if privileged && whole && !handler.is_empty() {
+                    continue; // below: the node's /dev, whole, under runc
+                }
                 let mut c = ccfg(&img, "dev", &[], &[]);
                 security(&mut c).privileged = privileged;
                 c.mounts = vec![bind(src, dest)];
@@ -67,30 +72,61 @@ async fn a_volume_at_dev_is_refused_and_nothing_is_written_into_it() {
         );
         assert_eq!(container_dirs(&p), 0, "{handler:?}");
 
+        // A privileged container under an OCI handler may have a /dev of
+        // the node's whole (a storage or device plugin's shape): runc
+        // makes no device node in it and it has no masked paths; the
+        // pod's /dev/shm and a devpts of its own are mounted over it.
+        if !handler.is_empty() {
+            let devlike = tempfile::tempdir().unwrap();
+            let null = devlike.path().join("null");
+            let cnull = std::ffi::CString::new(null.display().to_string()).unwrap();
+            // SAFETY: mknod(2) of a path the test owns.
+            let r =
+                unsafe { libc::mknod(cnull.as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(1, 3)) };
+            assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
+            for d in ["pts", "shm", "mqueue"] {
+                std::fs::create_dir(devlike.path().join(d)).unwrap();
+            }
+            let shape = listing(devlike.path());
+            for dest in ["/dev", "/volume"] {
+                let mut c = ccfg(&img, "wholedev", &[], &[]);
+                security(&mut c).privileged = true;
+                c.mounts = vec![bind(devlike.path(), dest)];
+                let id = create_start(&p.h, &pod, &pc, c).await;
+                let out = sh(&p, &id, "ls /dev; stat -f -c '%t' /dev/pts /dev/shm").await;
+                assert!(out.starts_with("mqueue\nnull\npts\nshm\n"), "{dest}: {out}");
+                assert!(out.contains("1cd1\n"), "devpts at /dev/pts: {out}");
+                stop_remove(&p.h, &id).await;
+                assert_eq!(
+                    listing(devlike.path()),
+                    shape,
+                    "runc wrote into the node's /dev"
+                );
+            }
+        }
+
         let log = tempfile::NamedTempFile::new().unwrap();
         let mut c = ccfg(&img, "tl", &[], &[]);
         c.mounts = vec![bind(log.path(), "/dev/termination-log")];
         let id = create_start(&p.h, &pod, &pc, c).await;
-        let r = exec_sync(
-            &p.h,
+        let out = sh(
+            &p,
             &id,
-            &[
-                "/bin/sh",
-                "-c",
-                "echo bye > /dev/termination-log; stat -c '%t:%T' /dev/null /proc/keys /proc/timer_list; cat /proc/keys",
-            ],
+            "echo bye > /dev/termination-log; stat -c '%t:%T' /dev/null /proc/keys /proc/timer_list; cat /proc/keys",
         )
-        .await
-        .unwrap();
-        assert_eq!(
-            String::from_utf8_lossy(&r.stdout),
-            "1:3\n1:3\n1:3\n",
-            "{handler:?}: {}",
-            String::from_utf8_lossy(&r.stderr)
-        );
+        .await;
+        assert_eq!(out, "1:3\n1:3\n1:3\n", "{handler:?}");
         assert_eq!(std::fs::read_to_string(log.path()).unwrap(), "bye\n");
         stop_remove_pod(&p.h, &pod).await;
     }
+}
+
+/// What `sh -c script` printed in container `id`.
+async fn sh(p: &pod::Pod, id: &str, script: &str) -> String {
+    let r = exec_sync(&p.h, id, &["/bin/sh", "-c", script])
+        .await
+        .unwrap();
+    String::from_utf8_lossy(&r.stdout).into_owned()
 }
 
 /// Rounds of a race before giving up on seeing it redirect.

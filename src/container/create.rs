@@ -143,6 +143,16 @@ impl ContainerManager {
         // (confined: an image symlink cannot send them to the host). Each
         // destination is checked as asked and as resolved through the
         // image's symlinks, and the spec names it resolved, once.
+        let privileged = c
+            .linux
+            .as_ref()
+            .and_then(|l| l.security_context.as_ref())
+            .is_some_and(|s| s.privileged);
+        let dev = if privileged && oci.is_some() {
+            super::kernel_mounts::DevVolume::Privileged
+        } else {
+            super::kernel_mounts::DevVolume::Refused
+        };
         for m in &mut with_volumes.mounts {
             let host = Path::new(&m.host_path);
             if !host.is_absolute() || !m.container_path.starts_with('/') {
@@ -151,12 +161,12 @@ impl ContainerManager {
                     m.host_path, m.container_path
                 )));
             }
-            check_destination(&m.container_path, &m.container_path)?;
+            check_destination(&m.container_path, &m.container_path, dev)?;
             if let Some(at) = crate::image::confined::resolve_in_root(
                 &dir.join("rootfs"),
                 Path::new(&m.container_path),
             ) {
-                check_destination(&m.container_path, &at.to_string_lossy())?;
+                check_destination(&m.container_path, &at.to_string_lossy(), dev)?;
                 m.container_path = at.to_string_lossy().into_owned();
             }
             // A missing host path becomes an empty directory, as containerd does.
@@ -182,7 +192,11 @@ impl ContainerManager {
         let d = cfg.config.unwrap_or_default();
         let mut volumes = Vec::new();
         for (i, v) in d.volumes.clone().unwrap_or_default().keys().enumerate() {
-            check_destination(&format!("{v} (the image's VOLUME)"), v)?;
+            check_destination(
+                &format!("{v} (the image's VOLUME)"),
+                v,
+                super::kernel_mounts::DevVolume::Refused,
+            )?;
             let host = dir.join("volumes").join(i.to_string());
             std::fs::create_dir_all(&host).map_err(SandboxError::io("create volume"))?;
             if let Some((uid, gid)) = pod.userns.as_ref().map(|u| u.root()) {
@@ -378,10 +392,14 @@ impl ContainerManager {
 }
 
 /// A mount landing at `dest` (its destination as `asked`, or resolved):
-/// never a bind on or under /proc, nor a volume at /dev or on the
-/// runtime's nodes there.
-fn check_destination(asked: &str, dest: &str) -> Result<(), SandboxError> {
+/// never a bind on or under /proc, nor a volume at /dev (but as `dev`
+/// allows) or on the runtime's nodes there.
+fn check_destination(
+    asked: &str,
+    dest: &str,
+    dev: super::kernel_mounts::DevVolume,
+) -> Result<(), SandboxError> {
     super::mounts::check_proc_destination(asked, dest)
-        .and_then(|()| super::kernel_mounts::check_dev_destination(asked, dest))
+        .and_then(|()| super::kernel_mounts::check_dev_destination(asked, dest, dev))
         .map_err(|SpecError(e)| SandboxError::Invalid(e))
 }

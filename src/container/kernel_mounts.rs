@@ -8,7 +8,10 @@
 //!   directory behind it, and the container's `/dev/null`, which masks the
 //!   masked paths, would be whatever that directory holds
 //!   (CVE-2025-31133). Such a mount is InvalidArgument naming it; devices
-//!   are given through `devices` or CDI.
+//!   are given through `devices` or CDI. The one exception is the whole
+//!   `/dev` of a privileged container under an OCI runtime handler (no
+//!   masked paths, and runc makes no nodes in a bound `/dev`): the shape
+//!   of the storage and device plugins that take the node's `/dev`.
 //! - **Volumes before the kernel's file systems.** A runtime resolves a
 //!   destination again when it mounts it, through the volumes mounted
 //!   before it: a neighbour sharing an emptyDir can turn a nested
@@ -16,10 +19,10 @@
 //!   husk's check and the runtime's mount (CVE-2025-31133, -52565,
 //!   -52881). So every volume that is not under `/proc`, `/sys` or `/dev`
 //!   is listed first; then procfs, sysfs, the cgroups, the `/dev` tmpfs
-//!   and mqueue, which cover whatever a redirected volume reached there;
-//!   then the volumes under those (the pod's `/dev/shm`, the kubelet's
-//!   termination log, lxcfs files), whose parents no neighbour can reach;
-//!   and devpts last, so the console's pty comes from a devpts of the
+//!   which cover whatever a redirected volume reached there; then the
+//!   volumes under those (the pod's `/dev/shm`, the kubelet's termination
+//!   log, lxcfs files) and mqueue, parents before children, whose parents
+//!   no neighbour can reach; and devpts last, so the console's pty comes from a devpts of the
 //!   container's own. Whatever was redirected stays under them, unseen
 //!   and unwritten. This holds for every handler: runc mounts in the
 //!   spec's order too.
@@ -43,21 +46,39 @@ fn clean(dest: &str) -> String {
     )
 }
 
+/// Who may have a volume at `/dev` itself.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum DevVolume {
+    /// Nobody (husk's own path: libcontainer makes its device nodes in
+    /// whatever `/dev` is; and any container with masked paths).
+    Refused,
+    /// A privileged container under an OCI runtime handler: it has no
+    /// masked paths, and the runtime makes no device nodes in a
+    /// bind-mounted `/dev` (runc's rule), so the node's `/dev` can be
+    /// given to a device or storage plugin as the peers give it.
+    Privileged,
+}
+
 /// Refuses a mount of `asked` that lands at `dest` (its destination as
-/// asked, or resolved through the image's symlinks) on `/dev` or on a
-/// node the runtime makes there.
-pub fn check_dev_destination(asked: &str, dest: &str) -> Result<(), SpecError> {
+/// asked, or resolved through the image's symlinks) on `/dev` (unless
+/// `whole` allows it) or on a node the runtime makes there.
+pub fn check_dev_destination(asked: &str, dest: &str, whole: DevVolume) -> Result<(), SpecError> {
     let clean = clean(dest);
     let node = clean
         .strip_prefix("/dev/")
         .and_then(|rest| rest.split('/').next())
         .filter(|first| RUNTIME_DEV_NODES.contains(first));
+    if clean == "/dev" && whole == DevVolume::Privileged {
+        return Ok(());
+    }
     if clean == "/dev" || node.is_some() {
         return Err(SpecError(format!(
             "mount {asked}: a volume at {clean} is refused: /dev is the container's own tmpfs, \
              whose device nodes the runtime makes and whose /dev/null masks the masked paths \
              (a volume there would have them written into the node's directory and chosen by \
-             whoever else can write it); give devices through the container's devices or CDI"
+             whoever else can write it); give devices through the container's devices or CDI \
+             (only a privileged container under an OCI runtime handler may have the node's \
+             /dev whole)"
         )));
     }
     Ok(())
@@ -80,11 +101,21 @@ pub fn order(kernel: Vec<Value>, binds: Vec<Value>) -> Vec<Value> {
     let dest = |m: &Value| m["destination"].as_str().unwrap_or("").to_string();
     let (devpts, kernel): (Vec<Value>, Vec<Value>) =
         kernel.into_iter().partition(|m| m["type"] == "devpts");
+    // The /dev tmpfs and whatever is not under it first; mqueue goes with
+    // the volumes under /dev, after a whole /dev a privileged container
+    // may bind.
+    let (first, under_dev): (Vec<Value>, Vec<Value>) = kernel
+        .into_iter()
+        .partition(|m| !dest(m).starts_with("/dev/"));
     let (inside, outside): (Vec<Value>, Vec<Value>) =
         binds.into_iter().partition(|m| under_kernel_fs(&dest(m)));
+    // Parents before children (a stable sort: the config's mount still
+    // follows the default it replaces at the same destination).
+    let mut inside: Vec<Value> = under_dev.into_iter().chain(inside).collect();
+    inside.sort_by_key(|m| clean(&dest(m)).matches('/').count());
     outside
         .into_iter()
-        .chain(kernel)
+        .chain(first)
         .chain(inside)
         .chain(devpts)
         .collect()
@@ -109,7 +140,9 @@ mod tests {
             "/dev/ptmx",
             "/dev/fd",
         ] {
-            let e = check_dev_destination("/asked", d).expect_err(d).0;
+            let e = check_dev_destination("/asked", d, DevVolume::Refused)
+                .expect_err(d)
+                .0;
             assert!(e.contains("mount /asked") && e.contains("/dev"), "{d}: {e}");
         }
         for d in [
@@ -120,7 +153,19 @@ mod tests {
             "/devices",
             "/var/dev",
         ] {
-            assert!(check_dev_destination(d, d).is_ok(), "{d}");
+            assert!(
+                check_dev_destination(d, d, DevVolume::Refused).is_ok(),
+                "{d}"
+            );
+        }
+        // The whole of /dev for a privileged container under an OCI
+        // handler; never the runtime's nodes.
+        assert!(check_dev_destination("/dev", "//dev/.", DevVolume::Privileged).is_ok());
+        for d in ["/dev/null", "/dev/pts", "/dev/console"] {
+            assert!(
+                check_dev_destination(d, d, DevVolume::Privileged).is_err(),
+                "{d}"
+            );
         }
     }
 
@@ -137,6 +182,7 @@ mod tests {
         let binds = vec![
             m("/etc/hosts", "bind"),
             m("/dev/shm", "bind"),
+            m("/dev", "bind"),
             m("/vol", "bind"),
             m("/vol/d", "bind"),
             m("/proc/meminfo", "bind"),
@@ -156,8 +202,9 @@ mod tests {
                 "/sysroot",
                 "/proc",
                 "/dev",
-                "/dev/mqueue",
                 "/sys",
+                "/dev",
+                "/dev/mqueue",
                 "/dev/shm",
                 "/proc/meminfo",
                 "/dev/termination-log",

@@ -156,7 +156,15 @@ fn verdict(race: &Race, out: &str) -> Result<(), String> {
 /// Whether the container's mountinfo shows the node's directory mounted
 /// where the race sends it (covered or not): the redirect happened.
 fn redirected(race: &Race, mountinfo: &str, inner: &Path) -> bool {
-    let root = inner.display().to_string();
+    // Mountinfo names a bind's root within its file system (the whole
+    // path on the host's root, less the mount point on a tmpfs such as
+    // the node VM's): the shared dir's unique name and `n` tell it.
+    let shared = inner
+        .parent()
+        .and_then(|s| s.file_name())
+        .unwrap()
+        .to_string_lossy();
+    let root = format!("/{shared}/n");
     mountinfo.lines().any(|l| {
         let f: Vec<&str> = l.split(' ').collect();
         f.len() > 4 && f[3].ends_with(&root) && f[4] == race.lands_at
