@@ -77,8 +77,8 @@ pub fn check_dev_destination(asked: &str, dest: &str, whole: DevVolume) -> Resul
              whose device nodes the runtime makes and whose /dev/null masks the masked paths \
              (a volume there would have them written into the node's directory and chosen by \
              whoever else can write it); give devices through the container's devices or CDI \
-             (only a privileged container under an OCI runtime handler may have the node's \
-             /dev whole)"
+             (only a privileged container under an OCI runtime handler may have a volume at \
+             /dev itself)"
         )));
     }
     Ok(())
@@ -99,8 +99,16 @@ fn under_kernel_fs(dest: &str) -> bool {
 /// module's header says.
 pub fn order(kernel: Vec<Value>, binds: Vec<Value>) -> Vec<Value> {
     let dest = |m: &Value| m["destination"].as_str().unwrap_or("").to_string();
-    let (devpts, kernel): (Vec<Value>, Vec<Value>) =
-        kernel.into_iter().partition(|m| m["type"] == "devpts");
+    // A whole /dev of the container's own (see `DevVolume::Privileged`)
+    // replaces the runtime's /dev, mqueue and devpts, as containerd drops
+    // every default mount under a /dev the container brings; the pod's
+    // /dev/shm is still mounted over it.
+    let whole_dev = binds.iter().any(|m| clean(&dest(m)) == "/dev");
+    let kernel = kernel.into_iter().filter(|m| {
+        let d = clean(&dest(m));
+        !(whole_dev && (d == "/dev" || d.starts_with("/dev/")))
+    });
+    let (devpts, kernel): (Vec<Value>, Vec<Value>) = kernel.partition(|m| m["type"] == "devpts");
     // The /dev tmpfs and whatever is not under it first; mqueue goes with
     // the volumes under /dev, after a whole /dev a privileged container
     // may bind.
@@ -182,13 +190,24 @@ mod tests {
         let binds = vec![
             m("/etc/hosts", "bind"),
             m("/dev/shm", "bind"),
-            m("/dev", "bind"),
             m("/vol", "bind"),
             m("/vol/d", "bind"),
             m("/proc/meminfo", "bind"),
             m("/dev/termination-log", "bind"),
             m("/sysroot", "bind"),
         ];
+        let dests = |v: Vec<Value>| -> Vec<String> {
+            v.iter()
+                .map(|m| m["destination"].as_str().unwrap_or("").to_string())
+                .collect()
+        };
+        // A whole /dev of the container's: no tmpfs, mqueue or devpts of the
+        // runtime's under it; the pod's /dev/shm over it.
+        let whole = order(
+            kernel.clone(),
+            vec![m("/dev/shm", "bind"), m("/dev/", "bind")],
+        );
+        assert_eq!(dests(whole), ["/proc", "/sys", "/dev/", "/dev/shm"]);
         let got: Vec<String> = order(kernel, binds)
             .iter()
             .map(|m| m["destination"].as_str().unwrap_or("").to_string())
@@ -203,7 +222,6 @@ mod tests {
                 "/proc",
                 "/dev",
                 "/sys",
-                "/dev",
                 "/dev/mqueue",
                 "/dev/shm",
                 "/proc/meminfo",
