@@ -25,12 +25,6 @@ async fn exec(p: &Pod, id: &str, cmd: &[&str]) -> ExecSyncResponse {
     exec_sync(&p.h, id, cmd).await.unwrap()
 }
 
-async fn sh(p: &Pod, id: &str, script: &str) -> String {
-    let r = exec(p, id, &["/bin/sh", "-c", script]).await;
-    assert_eq!(r.exit_code, 0, "{}", String::from_utf8_lossy(&r.stderr));
-    String::from_utf8_lossy(&r.stdout).into_owned()
-}
-
 /// A line of /proc/self/status as the container's process sees it.
 fn status_line(status: &str, key: &str) -> String {
     status
@@ -43,13 +37,6 @@ fn status_line(status: &str, key: &str) -> String {
         .split_whitespace()
         .collect::<Vec<_>>()
         .join(" ")
-}
-
-/// The containers husk still has on disk.
-fn container_dirs(p: &Pod) -> usize {
-    std::fs::read_dir(p.h.root().join("containers"))
-        .map(|rd| rd.count())
-        .unwrap_or(0)
 }
 
 fn invalid(r: Result<String, tonic::Status>, want: &[&str]) -> String {

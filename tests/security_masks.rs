@@ -10,9 +10,7 @@
 mod common;
 
 use common::ctr::*;
-use common::masks::{
-    self, bind, canary_image, container_dirs, listing, pod_under, HANDLERS, RACES,
-};
+use common::masks::{self, bind, canary_image, listing, pod_under, HANDLERS, RACES};
 use common::pod;
 
 /// A volume at `/dev` — named so, through an image symlink, or a runtime's
@@ -124,14 +122,6 @@ async fn a_volume_at_dev_is_refused_and_nothing_is_written_into_it() {
         assert_eq!(std::fs::read_to_string(log.path()).unwrap(), "bye\n");
         stop_remove_pod(&p.h, &pod).await;
     }
-}
-
-/// What `sh -c script` printed in container `id`.
-async fn sh(p: &pod::Pod, id: &str, script: &str) -> String {
-    let r = exec_sync(&p.h, id, &["/bin/sh", "-c", script])
-        .await
-        .unwrap();
-    String::from_utf8_lossy(&r.stdout).into_owned()
 }
 
 /// Rounds of a race before giving up on seeing it redirect.

@@ -143,12 +143,12 @@ impl ContainerManager {
         // (confined: an image symlink cannot send them to the host). Each
         // destination is checked as asked and as resolved through the
         // image's symlinks, and the spec names it resolved, once.
-        let privileged = c
+        let sc = c
             .linux
             .as_ref()
-            .and_then(|l| l.security_context.as_ref())
-            .is_some_and(|s| s.privileged);
-        let dev = if privileged && oci.is_some() {
+            .and_then(|l| l.security_context.clone())
+            .unwrap_or_default();
+        let dev = if sc.privileged && oci.is_some() {
             super::kernel_mounts::DevVolume::Privileged
         } else {
             super::kernel_mounts::DevVolume::Refused
@@ -212,11 +212,6 @@ impl ContainerManager {
             working_dir: d.working_dir.clone().unwrap_or_default(),
             volumes,
         };
-        let sc = c
-            .linux
-            .as_ref()
-            .and_then(|l| l.security_context.clone())
-            .unwrap_or_default();
         let rootfs = dir.join("rootfs");
         let asked = user::Asked {
             run_as_user: sc.run_as_user.map(|u| u.value),

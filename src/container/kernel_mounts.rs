@@ -18,12 +18,12 @@
 //!   destination into a link to `/dev`, `/dev/pts` or `/proc` between
 //!   husk's check and the runtime's mount (CVE-2025-31133, -52565,
 //!   -52881). So every volume that is not under `/proc`, `/sys` or `/dev`
-//!   is listed first; then procfs, sysfs, the cgroups, the `/dev` tmpfs
-//!   which cover whatever a redirected volume reached there; then the
-//!   volumes under those (the pod's `/dev/shm`, the kubelet's termination
-//!   log, lxcfs files) and mqueue, parents before children, whose parents
-//!   no neighbour can reach; and devpts last, so the console's pty comes from a devpts of the
-//!   container's own. Whatever was redirected stays under them, unseen
+//!   is listed first; then procfs, sysfs, the cgroups and the `/dev`
+//!   tmpfs, which cover whatever a redirected volume reached there; then
+//!   the volumes under those (the pod's `/dev/shm`, the kubelet's
+//!   termination log, lxcfs files) and mqueue, parents before children,
+//!   whose parents no neighbour can reach; and devpts last, so the
+//!   console's pty comes from a devpts of the container's own. Whatever was redirected stays under them, unseen
 //!   and unwritten. This holds for every handler: runc mounts in the
 //!   spec's order too.
 
@@ -39,7 +39,7 @@ pub const RUNTIME_DEV_NODES: [&str; 14] = [
 ];
 
 /// `dest` lexically cleaned, absolute (`//dev/.` is `/dev`).
-fn clean(dest: &str) -> String {
+pub(super) fn clean(dest: &str) -> String {
     format!(
         "/{}",
         crate::image::confined::join(&crate::image::confined::clean(Path::new(dest))).display()
@@ -57,6 +57,14 @@ pub enum DevVolume {
     /// bind-mounted `/dev` (runc's rule), so the node's `/dev` can be
     /// given to a device or storage plugin as the peers give it.
     Privileged,
+}
+
+/// Whether the cleaned path `path` is `dir` or below it.
+pub(super) fn on_or_under(path: &str, dir: &str) -> bool {
+    path == dir
+        || path
+            .strip_prefix(dir)
+            .is_some_and(|rest| rest.starts_with('/'))
 }
 
 /// Refuses a mount of `asked` that lands at `dest` (its destination as
@@ -88,9 +96,7 @@ pub fn check_dev_destination(asked: &str, dest: &str, whole: DevVolume) -> Resul
 /// runtime mounts.
 fn under_kernel_fs(dest: &str) -> bool {
     let c = clean(dest);
-    ["/proc", "/sys", "/dev"]
-        .iter()
-        .any(|k| c == *k || c.starts_with(&format!("{k}/")))
+    ["/proc", "/sys", "/dev"].iter().any(|k| on_or_under(&c, k))
 }
 
 /// Orders a container's mounts: `kernel` (the runtime's file systems, in
@@ -104,10 +110,9 @@ pub fn order(kernel: Vec<Value>, binds: Vec<Value>) -> Vec<Value> {
     // every default mount under a /dev the container brings; the pod's
     // /dev/shm is still mounted over it.
     let whole_dev = binds.iter().any(|m| clean(&dest(m)) == "/dev");
-    let kernel = kernel.into_iter().filter(|m| {
-        let d = clean(&dest(m));
-        !(whole_dev && (d == "/dev" || d.starts_with("/dev/")))
-    });
+    let kernel = kernel
+        .into_iter()
+        .filter(|m| !(whole_dev && on_or_under(&clean(&dest(m)), "/dev")));
     let (devpts, kernel): (Vec<Value>, Vec<Value>) = kernel.partition(|m| m["type"] == "devpts");
     // The /dev tmpfs and whatever is not under it first; mqueue goes with
     // the volumes under /dev, after a whole /dev a privileged container
@@ -208,12 +213,8 @@ mod tests {
             vec![m("/dev/shm", "bind"), m("/dev/", "bind")],
         );
         assert_eq!(dests(whole), ["/proc", "/sys", "/dev/", "/dev/shm"]);
-        let got: Vec<String> = order(kernel, binds)
-            .iter()
-            .map(|m| m["destination"].as_str().unwrap_or("").to_string())
-            .collect();
         assert_eq!(
-            got,
+            dests(order(kernel, binds)),
             [
                 "/etc/hosts",
                 "/vol",

@@ -160,13 +160,9 @@ const PROC_ALLOWED: [&str; 10] = [
 /// here, and called again by the caller with the destination resolved
 /// through the image's symlinks.
 pub fn check_proc_destination(asked: &str, dest: &str) -> Result<(), SpecError> {
-    let clean = format!(
-        "/{}",
-        crate::image::confined::join(&crate::image::confined::clean(std::path::Path::new(dest)))
-            .display()
-    );
-    let under_proc = clean == "/proc" || clean.starts_with("/proc/");
-    if under_proc && !PROC_ALLOWED.contains(&clean.as_str()) {
+    let clean = super::kernel_mounts::clean(dest);
+    if super::kernel_mounts::on_or_under(&clean, "/proc") && !PROC_ALLOWED.contains(&clean.as_str())
+    {
         return Err(SpecError(format!(
             "mount {asked}: a bind mount on {clean} is refused (only procfs may be mounted \
              on or under /proc, besides {})",

@@ -283,3 +283,19 @@ pub async fn attack_image(
     p.h.pull(&r).await.unwrap();
     r
 }
+
+/// What `sh -c script` printed in container `id`, which must exit 0.
+pub async fn sh(p: &Pod, id: &str, script: &str) -> String {
+    let r = exec_sync(&p.h, id, &["/bin/sh", "-c", script])
+        .await
+        .unwrap();
+    assert_eq!(r.exit_code, 0, "{}", String::from_utf8_lossy(&r.stderr));
+    String::from_utf8_lossy(&r.stdout).into_owned()
+}
+
+/// The containers husk still has on disk.
+pub fn container_dirs(p: &Pod) -> usize {
+    std::fs::read_dir(p.h.root().join("containers"))
+        .map(|rd| rd.count())
+        .unwrap_or(0)
+}

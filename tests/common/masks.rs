@@ -78,12 +78,6 @@ pub fn listing(dir: &Path) -> Vec<String> {
     out
 }
 
-pub fn container_dirs(p: &Pod) -> usize {
-    std::fs::read_dir(p.h.root().join("containers"))
-        .map(|rd| rd.count())
-        .unwrap_or(0)
-}
-
 /// One class of race: the nested mount's destination `/vol/d` flips
 /// between a harmless directory and `target`; `inner` is the node's
 /// directory that would land there; `check` is what the container then
