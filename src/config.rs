@@ -72,7 +72,8 @@ pub struct CdiConfig {
 impl Default for CdiConfig {
     fn default() -> Self {
         CdiConfig {
-            spec_dirs: crate::cdi::default_dirs(),
+            // The CDI spec's own dirs, lowest priority first.
+            spec_dirs: vec!["/etc/cdi".into(), "/var/run/cdi".into()],
         }
     }
 }
@@ -242,7 +243,7 @@ impl Config {
                 self.log_format
             )));
         }
-        if let Err(e) = crate::image::Reference::parse(&self.sandbox_image) {
+        if let Err(e) = crate::reference::Reference::parse(&self.sandbox_image) {
             return Err(ConfigError(format!("sandbox_image: {e}")));
         }
         if self.registry.max_concurrent_downloads == 0 {

@@ -57,7 +57,7 @@ impl Emitter {
             kind,
             container_id: container_id.to_string(),
             sandbox_id: sandbox_id.to_string(),
-            at: crate::image::manager::now_ns(),
+            at: crate::sys::now_ns(),
             sandbox: None,
             container: None,
         });
@@ -69,7 +69,7 @@ impl Emitter {
             kind,
             container_id: rec.id.clone(),
             sandbox_id: rec.sandbox_id.clone(),
-            at: crate::image::manager::now_ns(),
+            at: crate::sys::now_ns(),
             sandbox: None,
             container: Some(Box::new(rec.clone())),
         });

@@ -1,5 +1,5 @@
-//! Thin helpers over Linux interfaces that several modules use: the mount
-//! table, overlay mounts, and disk usage.
+//! Thin helpers over Linux interfaces that several modules use: the clock,
+//! a full disk, the mount table, overlay mounts, and disk usage.
 
 use std::ffi::CString;
 use std::io;
@@ -24,6 +24,20 @@ fn unescape(s: &str) -> String {
         }
     }
     String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Nanoseconds since the Unix epoch, now (0 before it).
+pub fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
+/// Whether an I/O error means the disk (or the quota) is full.
+pub fn is_out_of_space(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT))
+        || e.kind() == std::io::ErrorKind::StorageFull
 }
 
 /// Mount points at or below `dir`, deepest first.

@@ -47,7 +47,7 @@ async fn two_subscribers_see_a_lifecycle_in_order() {
     let h = &p.h;
     let image = app_image(&p).await;
     let mut subs = [subscribe(h).await, subscribe(h).await];
-    let t0 = husk::image::manager::now_ns();
+    let t0 = husk::sys::now_ns();
 
     let pc = pod_config(&p, "events");
     let pod = run(h, pc.clone()).await.unwrap();

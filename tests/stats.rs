@@ -110,7 +110,7 @@ async fn stats_move_with_cpu_memory_and_writes_and_filters_work() {
             .map(|_| s)
     });
     let m = s.memory.unwrap();
-    let now = husk::image::manager::now_ns();
+    let now = husk::sys::now_ns();
     assert!(
         (now - m.timestamp).abs() < 60_000_000_000,
         "timestamp in ns"

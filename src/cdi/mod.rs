@@ -33,11 +33,6 @@ use std::path::{Path, PathBuf};
 /// The annotation prefix of CDI device requests.
 pub const ANNOTATION_PREFIX: &str = "cdi.k8s.io/";
 
-/// The default spec dirs, lowest priority first.
-pub fn default_dirs() -> Vec<PathBuf> {
-    vec!["/etc/cdi".into(), "/var/run/cdi".into()]
-}
-
 /// The qualified device names (`vendor/class=name`) a container asks for,
 /// in order, each once: its `cdi_devices`, then its `cdi.k8s.io/*`
 /// annotations (comma-separated names, in key order).

@@ -19,7 +19,6 @@
 pub use super::validate::validate;
 use super::Layout;
 use crate::api::cri::LinuxContainerResources;
-use crate::error::Kind;
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -44,28 +43,6 @@ pub enum ResourceError {
         value: String,
         source: io::Error,
     },
-}
-
-impl ResourceError {
-    pub fn kind(&self) -> Kind {
-        match self {
-            ResourceError::Invalid(_) => Kind::InvalidArgument,
-            ResourceError::NoCgroup { .. } | ResourceError::BelowUsage { .. } => {
-                Kind::FailedPrecondition
-            }
-            // The kernel refused the value itself.
-            ResourceError::Write { source, .. } if source.raw_os_error() == Some(libc::EINVAL) => {
-                Kind::InvalidArgument
-            }
-            // A memory limit below what the container holds and cannot reclaim.
-            ResourceError::Write { source, .. } if source.raw_os_error() == Some(libc::EBUSY) => {
-                Kind::FailedPrecondition
-            }
-            ResourceError::Write { .. } => Kind::Internal,
-            // systemd refused the properties, or is not reachable.
-            ResourceError::Systemd(_) => Kind::Internal,
-        }
-    }
 }
 
 pub(super) fn invalid(m: impl Into<String>) -> ResourceError {
@@ -409,6 +386,6 @@ mod tests {
         assert_eq!(read("cpu.cfs_quota_us"), "20000");
         assert_eq!(read("cpu.shares"), "256");
         let missing = apply(&layout, "/pod/none", &r).expect_err("no cgroup");
-        assert_eq!(missing.kind(), Kind::FailedPrecondition);
+        assert!(matches!(missing, ResourceError::NoCgroup { .. }));
     }
 }

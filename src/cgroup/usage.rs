@@ -114,7 +114,7 @@ pub fn v2_pressure(dir: &Path) -> Option<Pressure> {
 
 /// Reads the cgroup at `cgroups_path`; None when it does not exist.
 pub fn usage(layout: &Layout, cgroups_path: &str) -> Option<Usage> {
-    let timestamp = crate::image::manager::now_ns();
+    let timestamp = crate::sys::now_ns();
     let u = match layout {
         Layout::V1(_) => Usage {
             timestamp,

@@ -149,7 +149,7 @@ impl ContainerManager {
             events,
             exits: super::exits::ExitWatch::new(),
             cpu_samples: Default::default(),
-            cdi_dirs: std::sync::RwLock::new(crate::cdi::default_dirs()),
+            cdi_dirs: std::sync::RwLock::new(crate::config::CdiConfig::default().spec_dirs),
         };
         for dir in unfinished {
             let id = dir

@@ -5,9 +5,9 @@ use crate::api::shim::{
     shim_request::Request, DeleteRequest, KillRequest, ReopenLogRequest, ShimRequest, StartRequest,
 };
 use crate::events::Kind;
-use crate::image::manager::now_ns;
 use crate::sandbox::SandboxError;
 use crate::shim::client;
+use crate::sys::now_ns;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

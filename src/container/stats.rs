@@ -105,7 +105,7 @@ impl ContainerManager {
         let (bytes, inodes) = crate::sys::disk_usage(&self.dir(&r.id).join("upper"));
         ContainerUsage {
             writable: LayerUsage {
-                timestamp: crate::image::manager::now_ns(),
+                timestamp: crate::sys::now_ns(),
                 mountpoint: self.images.fs_mountpoint(),
                 bytes,
                 inodes,
@@ -195,7 +195,7 @@ impl ContainerManager {
             .and_then(|(ns, at)| self.cpu_samples.rate(&pod_key(&rec.id), ns, at));
         let network = match (&rec.netns, rec.state) {
             (Some(ns), SandboxState::Ready) => match netdev::read(ns) {
-                Ok(v) => Some((crate::image::manager::now_ns(), v)),
+                Ok(v) => Some((crate::sys::now_ns(), v)),
                 Err(e) => {
                     tracing::debug!(pod_sandbox_id = %rec.id, error = %e, "network counters");
                     None

@@ -10,9 +10,9 @@
 
 use super::manager::{ContainerManager, ContainerRecord, ContainerState};
 use crate::events::Kind;
-use crate::image::manager::now_ns;
 use crate::sandbox::SandboxError;
 use crate::store::atomic;
+use crate::sys::now_ns;
 
 impl ContainerManager {
     /// Saves `r` and raises `kind` under the map lock.

@@ -97,7 +97,7 @@ impl ContentStore {
 
     /// Starts writing a blob expected to have `digest` and `size`.
     pub fn writer(&self, digest: &str, size: Option<u64>) -> Result<BlobWriter, ImageError> {
-        crate::image::reference::validate_digest(digest).map_err(ImageError::Invalid)?;
+        crate::reference::validate_digest(digest).map_err(ImageError::Invalid)?;
         let path = self.ingest.join(format!("{:016x}", rand::random::<u64>()));
         let file = fs::File::create(&path)
             .map_err(|e| ImageError::io(format!("create ingest {}", path.display()), e))?;

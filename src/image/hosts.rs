@@ -93,7 +93,7 @@ fn is_loopback(host: &str) -> bool {
 
 /// The default upstream URL for a registry host.
 pub fn default_server(host: &str) -> String {
-    if host == super::reference::DOCKER_HUB {
+    if host == crate::reference::DOCKER_HUB {
         "https://registry-1.docker.io".to_string()
     } else if is_loopback(host) {
         format!("http://{host}")

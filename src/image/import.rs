@@ -10,8 +10,8 @@ use super::manager::{ImageManager, Progress};
 use super::manifest::{self, Descriptor, Document, ImageConfig, Manifest};
 use super::pull::Prepared;
 use super::records::ImageRecord;
-use super::reference::{validate_digest, Reference};
 use super::ImageError;
+use crate::reference::{validate_digest, Reference};
 use serde::Deserialize;
 
 use std::fs;

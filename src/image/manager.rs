@@ -10,10 +10,11 @@
 
 use super::content::ContentStore;
 use super::records::{ImageRecord, Records};
-use super::reference::Reference;
 use super::registry::RegistryClient;
 use super::snapshot::Snapshots;
 use super::ImageError;
+use crate::reference::Reference;
+use crate::sys::now_ns;
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -115,13 +116,6 @@ pub struct ImageManager {
 
 /// Image configs kept read at most.
 const CONFIGS_KEPT: usize = 16;
-
-pub fn now_ns() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as i64)
-        .unwrap_or(0)
-}
 
 impl ImageManager {
     /// Opens the store under `cfg.root`, clearing what a crash left behind:

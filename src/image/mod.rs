@@ -20,16 +20,12 @@ pub mod manager;
 pub mod manifest;
 pub mod pull;
 pub mod records;
-pub mod reference;
 pub mod registry;
 pub mod snapshot;
 pub mod unpack;
 
 pub use manager::{ImageManager, ImageStoreConfig};
 pub use records::ImageRecord;
-pub use reference::Reference;
-
-use crate::error::Kind;
 
 /// Errors of the image store.
 #[derive(Debug, thiserror::Error)]
@@ -84,35 +80,10 @@ impl ImageError {
             source,
         }
     }
-
-    pub fn kind(&self) -> Kind {
-        match self {
-            ImageError::InvalidReference { .. }
-            | ImageError::Invalid(_)
-            | ImageError::InvalidCredentials(_)
-            | ImageError::DigestMismatch { .. }
-            | ImageError::SizeMismatch { .. }
-            | ImageError::UnsafeEntry { .. } => Kind::InvalidArgument,
-            ImageError::NotFound(_) => Kind::NotFound,
-            ImageError::Unauthenticated(_) => Kind::Unauthenticated,
-            ImageError::PermissionDenied(_) => Kind::PermissionDenied,
-            ImageError::Registry { status, .. } if *status == 429 || *status >= 500 => {
-                Kind::Unavailable
-            }
-            ImageError::Registry { .. } => Kind::FailedPrecondition,
-            ImageError::Transport { .. } => Kind::Unavailable,
-            ImageError::Config(_) => Kind::FailedPrecondition,
-            ImageError::Timeout(_) => Kind::DeadlineExceeded,
-            ImageError::Io { source, .. } if crate::error::is_out_of_space(source) => {
-                Kind::ResourceExhausted
-            }
-            ImageError::Io { .. } | ImageError::Internal(_) => Kind::Internal,
-        }
-    }
 }
 
-impl From<reference::ParseError> for ImageError {
-    fn from(e: reference::ParseError) -> Self {
+impl From<crate::reference::ParseError> for ImageError {
+    fn from(e: crate::reference::ParseError) -> Self {
         ImageError::InvalidReference {
             reference: e.reference,
             reason: e.reason,

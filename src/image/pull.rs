@@ -8,12 +8,13 @@
 
 use super::auth::Credentials;
 use super::follow::{Feed, FeedState, FollowReader};
-use super::manager::{now_ns, ImageManager, Progress};
+use super::manager::{ImageManager, Progress};
 use super::manifest::{self, Descriptor, Document, ImageConfig, Manifest};
 use super::records::{ImageRecord, RECORD_VERSION};
-use super::reference::Reference;
 use super::snapshot::chain_ids;
 use super::ImageError;
+use crate::reference::Reference;
+use crate::sys::now_ns;
 use std::io::Write;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -315,7 +316,7 @@ impl ImageManager {
             )));
         }
         for d in diff_ids {
-            super::reference::validate_digest(d).map_err(ImageError::Invalid)?;
+            crate::reference::validate_digest(d).map_err(ImageError::Invalid)?;
         }
         let chains = chain_ids(diff_ids);
         let _lease = self.lease(chains.clone());

@@ -9,8 +9,8 @@
 
 use super::auth::{parse_challenge, Credentials, TokenResponse};
 use super::hosts::{self, Endpoint};
-use super::reference::Reference;
 use super::ImageError;
+use crate::reference::Reference;
 use reqwest::header::{HeaderMap, HeaderValue, ACCEPT, AUTHORIZATION, WWW_AUTHENTICATE};
 use reqwest::{Method, Response, StatusCode};
 use std::collections::HashMap;

@@ -158,7 +158,7 @@ impl CriLogWriter {
             );
             match self.append(&marker) {
                 Ok(()) => self.dropped = 0,
-                Err(e) if crate::error::is_out_of_space(&e) => {
+                Err(e) if crate::sys::is_out_of_space(&e) => {
                     self.dropped += 1;
                     return Ok(());
                 }
@@ -166,7 +166,7 @@ impl CriLogWriter {
             }
         }
         match self.append(&rec) {
-            Err(e) if crate::error::is_out_of_space(&e) => {
+            Err(e) if crate::sys::is_out_of_space(&e) => {
                 self.dropped += 1;
                 Ok(())
             }

@@ -147,10 +147,6 @@ pub fn cgroup_parent(c: &crate::api::cri::PodSandboxConfig) -> String {
         .unwrap_or_else(|| crate::cgroup::Driver::current().default_parent().into())
 }
 
-pub(super) fn now_ns() -> i64 {
-    crate::image::manager::now_ns()
-}
-
 impl SandboxManager {
     /// Opens the manager and reconciles records with reality.
     pub fn open(

@@ -32,8 +32,6 @@ pub mod validate;
 
 pub use manager::SandboxManager;
 
-use crate::error::Kind;
-
 /// Errors of sandbox operations.
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
@@ -78,33 +76,5 @@ impl SandboxError {
     pub fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> SandboxError {
         let what = what.into();
         move |source| SandboxError::Io { what, source }
-    }
-
-    pub fn kind(&self) -> Kind {
-        match self {
-            SandboxError::Invalid(_) => Kind::InvalidArgument,
-            SandboxError::Unsupported(_) => Kind::Unimplemented,
-            SandboxError::NotFound(_) => Kind::NotFound,
-            SandboxError::NameReserved { .. } => Kind::AlreadyExists,
-            SandboxError::Timeout(_) => Kind::DeadlineExceeded,
-            SandboxError::NotRunning(_) | SandboxError::Idmap(_) | SandboxError::Unreachable(_) => {
-                Kind::FailedPrecondition
-            }
-            SandboxError::Image(e) => e.kind(),
-            SandboxError::Resources(e) => e.kind(),
-            // No network config yet: the node is not ready for pods.
-            SandboxError::Cni(crate::network::cni::CniError::NoConfig(_)) => {
-                Kind::FailedPrecondition
-            }
-            SandboxError::Cni(crate::network::cni::CniError::Timeout { .. }) => {
-                Kind::DeadlineExceeded
-            }
-            SandboxError::Io { source, .. } if crate::error::is_out_of_space(source) => {
-                Kind::ResourceExhausted
-            }
-            SandboxError::Cni(_) | SandboxError::Io { .. } | SandboxError::Shim(_) => {
-                Kind::Internal
-            }
-        }
     }
 }

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use super::manager::*;
 use super::teardown::wait_gone;
+use crate::sys::now_ns;
 
 /// What a CNI ADD thread hands back: the result and what DEL needs.
 type CniOutcome = (serde_json::Value, Cni, NetworkList, Attachment);

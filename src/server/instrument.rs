@@ -7,8 +7,8 @@
 //! that succeeded is also kept in the timing table (`crate::timing`), and
 //! each call is a span when tracing is on (`crate::otel`).
 
+use super::status::Error;
 use crate::config::Config;
-use crate::error::Error;
 use crate::image::ImageManager;
 use std::future::Future;
 use std::sync::{Arc, OnceLock};

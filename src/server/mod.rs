@@ -15,6 +15,7 @@ pub mod image;
 pub mod instrument;
 pub mod reload;
 pub mod runtime;
+pub mod status;
 pub mod streaming;
 
 use crate::api::admin::admin_server::AdminServer;

@@ -50,13 +50,6 @@ pub(super) struct Shim {
     pub(super) oci: HashMap<String, Oci>,
 }
 
-pub(super) fn now_ns() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as i64)
-        .unwrap_or(0)
-}
-
 fn reply_err(code: i32, e: impl std::fmt::Display) -> ShimResponse {
     ShimResponse {
         error: e.to_string(),

@@ -4,9 +4,10 @@
 //! init has its pipes drained before its exit record is written, so that
 //! whoever sees the exit finds all the container wrote.
 
-use super::monitor::{now_ns, Shim, Status};
+use super::monitor::{Shim, Status};
 use super::ExitRecord;
 use crate::logs::Stream;
+use crate::sys::now_ns;
 
 impl Shim {
     /// Copies whatever the containers' pipes hold into their logs; at EOF

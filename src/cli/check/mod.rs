@@ -411,7 +411,7 @@ fn cni(conf_dir: &Path, bin_dirs: &[PathBuf]) -> Vec<Check> {
 
 /// Present in husk's store, or pullable through the configured hosts.
 async fn sandbox_image(cfg: &Config) -> Check {
-    use crate::image::reference::Reference;
+    use crate::reference::Reference;
     let name = &cfg.sandbox_image;
     let r = match Reference::parse(name) {
         Ok(r) => r,

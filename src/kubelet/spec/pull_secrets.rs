@@ -47,7 +47,7 @@ pub async fn auth(
     image: &str,
 ) -> Option<AuthConfig> {
     let secrets = pod.spec.as_ref()?.image_pull_secrets.as_ref()?;
-    let host = crate::image::reference::Reference::parse(image)
+    let host = crate::reference::Reference::parse(image)
         .ok()?
         .domain
         .to_lowercase();

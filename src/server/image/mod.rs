@@ -90,7 +90,7 @@ pub(crate) fn to_cri(state: &State, rec: &ImageRecord) -> Image {
         .read()
         .unwrap_or_else(|p| p.into_inner())
         .clone();
-    let sandbox = crate::image::Reference::parse(&sandbox_image)
+    let sandbox = crate::reference::Reference::parse(&sandbox_image)
         .ok()
         .and_then(|r| {
             r.tagged()

@@ -55,7 +55,7 @@ fn container_metrics(
     let r = &c.record;
     let mut labels = pod.to_vec();
     labels.extend([r.name.clone(), r.id.clone(), r.image.clone()]);
-    let at = crate::image::manager::now_ns();
+    let at = crate::sys::now_ns();
     let mut o = Out {
         labels: &labels,
         at,
@@ -170,7 +170,7 @@ pub(super) fn pod_metrics(
     .concat();
     let mut o = Out {
         labels: &labels,
-        at: crate::image::manager::now_ns(),
+        at: crate::sys::now_ns(),
         metrics: Vec::new(),
     };
     if let Some((at, ifaces)) = &s.network {

@@ -63,7 +63,7 @@ pub async fn handle(
         status: Some(status_of(&r)),
         info,
         containers_statuses: Vec::new(),
-        timestamp: crate::image::manager::now_ns(),
+        timestamp: crate::sys::now_ns(),
     })
 }
 
