@@ -1,16 +1,13 @@
 //! husk's Prometheus metrics, kept with the maintained client library
-//! (`prometheus-client`) and served in the text exposition format by
-//! `serve.rs` when `[metrics] address` is set.
+//! (`prometheus-client`) and served in the text exposition format by the
+//! server (`server/prometheus/`) when `[metrics] address` is set.
 //!
 //! The counters and histograms are the process's (as a library's default
 //! registry is): the code that does the work counts it whether or not an
 //! endpoint serves them. What is a state rather than an event (pods and
 //! containers by state, the process's memory, CPU and descriptors) is read
-//! at each scrape (`collect.rs`). No label takes an unbounded value: RPC
+//! at each scrape (`server/prometheus/collect.rs`). No label takes an unbounded value: RPC
 //! methods and gRPC codes, image pull results, CNI operations.
-
-pub mod collect;
-pub mod serve;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;

@@ -7,7 +7,7 @@
 //! (`crate::timing::Stages`: image, namespaces, CNI ADD and its plugins,
 //! shim, create, start …), a client span per shim call, and under that the
 //! shim's own work, which the shim times and returns in its answer
-//! (`shim_spans.rs`). Sampling is parent-based: a sampled caller's trace is
+//! (`shim/spans.rs`). Sampling is parent-based: a sampled caller's trace is
 //! kept, an unsampled one's never, and a trace that starts here is kept at
 //! `sampling_ratio`.
 //!
@@ -20,7 +20,6 @@
 
 pub mod export;
 pub mod propagate;
-pub mod shim_spans;
 
 use crate::config::TracingConfig;
 use opentelemetry::trace::{SpanKind, TraceContextExt, Tracer as _, TracerProvider as _};

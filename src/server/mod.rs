@@ -13,6 +13,7 @@ pub mod h2front;
 pub(crate) mod idle;
 pub mod image;
 pub mod instrument;
+pub mod prometheus;
 pub mod reload;
 pub mod runtime;
 pub mod status;
@@ -125,7 +126,7 @@ pub async fn serve(cfg: Config, reload: Option<reload::Reloader>) -> anyhow::Res
     let metrics = match cfg.metrics.address.as_str() {
         "" => None,
         a => Some(
-            crate::metrics::serve::bind(a)
+            crate::server::prometheus::bind(a)
                 .await
                 .map_err(|e| anyhow::anyhow!(crate::config::ConfigError(e)))?,
         ),
@@ -142,7 +143,7 @@ pub async fn serve(cfg: Config, reload: Option<reload::Reloader>) -> anyhow::Res
     state.set_streaming(stream_server);
     if let Some(m) = metrics {
         tracing::info!(address = %m.address(), "metrics served at /metrics");
-        crate::metrics::serve::spawn(m, &state);
+        crate::server::prometheus::spawn(m, &state);
     }
     if let Some(r) = reload {
         reload::spawn(state.clone(), cfg.clone(), r).context("handle SIGHUP")?;

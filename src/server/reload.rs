@@ -58,7 +58,7 @@ async fn apply(
     let (live, restart) = changes(old, new);
     let metrics = match new.metrics.address.as_str() {
         a if old.metrics == new.metrics || a.is_empty() => None,
-        a => Some(crate::metrics::serve::bind(a).await?),
+        a => Some(crate::server::prometheus::bind(a).await?),
     };
     if old.tracing != new.tracing {
         crate::otel::apply(&new.tracing)?;
@@ -68,8 +68,8 @@ async fn apply(
     }
     if old.metrics != new.metrics {
         match metrics {
-            Some(m) => crate::metrics::serve::spawn(m, state),
-            None => crate::metrics::serve::stop(),
+            Some(m) => crate::server::prometheus::spawn(m, state),
+            None => crate::server::prometheus::stop(),
         }
     }
     if old.log_level != new.log_level || old.log_format != new.log_format {

@@ -48,13 +48,13 @@ pub fn ensure(exe: &Path, dir: &Path) -> io::Result<()> {
 }
 
 /// One request to the shim whose state dir is `dir` (traced when the
-/// caller is: `otel::shim_spans`).
+/// caller is: `spans.rs`).
 pub fn call(dir: &Path, req: &ShimRequest, timeout: Duration) -> io::Result<ShimResponse> {
-    match crate::otel::shim_spans::begin(req, dir) {
+    match super::spans::begin(req, dir) {
         None => call_untraced(dir, req, timeout),
         Some((span, traced)) => {
             let r = call_untraced(dir, &traced, timeout);
-            crate::otel::shim_spans::end(span, &r);
+            super::spans::end(span, &r);
             r
         }
     }

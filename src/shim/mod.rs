@@ -29,6 +29,7 @@ mod payload;
 pub mod process;
 mod reap;
 mod runtime;
+pub mod spans;
 pub mod sealed;
 pub mod stream;
 pub mod tenant;

@@ -4,8 +4,10 @@
 //! The address is bound when the server starts: one that cannot be is an
 //! error naming the key, not a failure at the first scrape.
 
-use super::collect::{Objects, Process};
-use crate::server::instrument::State;
+mod collect;
+
+use collect::{Objects, Process};
+use super::instrument::State;
 use prometheus_client::registry::Registry;
 use std::sync::{Arc, Weak};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -48,7 +50,7 @@ impl Bound {
 fn registry(state: Weak<State>) -> Registry {
     let mut root = Registry::default();
     let husk = root.sub_registry_with_prefix("husk");
-    super::get().register(husk);
+    crate::metrics::get().register(husk);
     husk.register_collector(Box::new(Objects(state)));
     root.register_collector(Box::new(Process));
     root

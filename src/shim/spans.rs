@@ -1,6 +1,6 @@
 //! A traced call to a pod's shim: a client span around the call, the
 //! caller's context sent along as a `traceparent`, and the spans the shim
-//! returns (`shim::traced`) exported under the client span.
+//! returns (`traced.rs`) exported under the client span.
 
 use crate::api::shim::{ShimRequest, ShimResponse, ShimSpan};
 use opentelemetry::trace::{SpanKind, TraceContextExt as _};
@@ -16,13 +16,13 @@ pub struct Call {
 /// context in force is traced; the request to send (with its
 /// `traceparent`) comes back in `req`'s place.
 pub fn begin(req: &ShimRequest, dir: &std::path::Path) -> Option<(Call, ShimRequest)> {
-    let parent = super::current()?;
-    let name = format!("shim {}", crate::shim::traced::request_name(req));
+    let parent = crate::otel::current()?;
+    let name = format!("shim {}", super::traced::request_name(req));
     let pod = dir
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let cx = super::child(
+    let cx = crate::otel::child(
         &parent,
         name,
         SpanKind::Client,
@@ -30,7 +30,7 @@ pub fn begin(req: &ShimRequest, dir: &std::path::Path) -> Option<(Call, ShimRequ
         vec![KeyValue::new("husk.shim.dir", pod)],
     )?;
     let mut traced = req.clone();
-    traced.traceparent = super::propagate::traceparent(&cx);
+    traced.traceparent = crate::otel::propagate::traceparent(&cx);
     Some((Call { cx }, traced))
 }
 
@@ -57,7 +57,7 @@ pub fn end(call: Call, resp: &std::io::Result<ShimResponse>) {
 /// not an earlier span's goes directly under `parent`).
 fn import(parent: &Context, spans: &[ShimSpan]) {
     let mut made: Vec<Context> = Vec::new();
-    for s in spans.iter().take(crate::shim::traced::MAX_SPANS) {
+    for s in spans.iter().take(super::traced::MAX_SPANS) {
         let under = usize::try_from(s.parent)
             .ok()
             .and_then(|i| made.get(i))
@@ -73,7 +73,7 @@ fn import(parent: &Context, spans: &[ShimSpan]) {
         } else {
             SpanKind::Internal
         };
-        match super::child(
+        match crate::otel::child(
             under,
             s.name.clone(),
             kind,
