@@ -12,7 +12,6 @@ pub mod cli;
 pub mod config;
 pub mod container;
 pub mod dbus;
-pub mod events;
 pub mod idmap;
 pub mod image;
 pub mod kubelet;

@@ -3,12 +3,13 @@
 //! create in the pod's shim and the record. A failure is undone by
 //! `discard` (and, after a crash, by recovery).
 
+use super::events::Kind;
 use super::manager::*;
+use super::record::{ContainerRecord, ContainerState, RECORD_VERSION};
 use super::spec::{self, ImageDefaults, PodContext};
 use super::{user, SpecError};
 use crate::api::cri::{ContainerConfig, NamespaceMode};
 use crate::api::shim::{shim_request::Request, CreateRequest, DeleteRequest};
-use crate::events::Kind;
 use crate::sandbox::manager::SandboxState;
 use crate::sandbox::SandboxError;
 use crate::store::atomic;
@@ -122,7 +123,7 @@ impl ContainerManager {
             .and_then(|()| crate::store::modes::for_pod(&dir, userns_root))
             .map_err(SandboxError::io("create container dir"))?;
         // First, so an interrupted create can be undone (recover.rs).
-        std::fs::write(dir.join(super::recover::SANDBOX_FILE), sandbox_id)
+        std::fs::write(dir.join(super::record::SANDBOX_FILE), sandbox_id)
             .map_err(SandboxError::io("create container dir"))?;
         for d in ["rootfs", "upper", "work"] {
             std::fs::create_dir_all(dir.join(d))

@@ -11,67 +11,20 @@
 //! Events: CREATED, STARTED, STOPPED and DELETED are raised where each
 //! state is recorded (see `transitions.rs` for the ordering guarantees).
 
+use super::events::Emitter;
+use super::record::{ContainerRecord, ContainerState};
 use crate::api::cri::ContainerConfig;
 use crate::api::shim::{shim_request::Request, ShimRequest, StateRequest};
-use crate::events::Emitter;
 use crate::image::manager::KeyedLocks;
 use crate::image::ImageManager;
 use crate::sandbox::{SandboxError, SandboxManager};
 use crate::shim::client;
 use crate::store::atomic;
 use prost::Message;
-use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-pub(super) const RECORD_VERSION: u32 = 1;
-
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
-#[serde(rename_all = "lowercase")]
-pub enum ContainerState {
-    Created,
-    Running,
-    Exited,
-    Unknown,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct ContainerRecord {
-    pub version: u32,
-    pub id: String,
-    pub sandbox_id: String,
-    pub name: String,
-    pub attempt: u32,
-    pub image: String,
-    pub image_ref: String,
-    pub labels: BTreeMap<String, String>,
-    pub annotations: BTreeMap<String, String>,
-    pub log_path: String,
-    pub created_at: i64,
-    pub started_at: i64,
-    pub finished_at: i64,
-    pub exit_code: i32,
-    pub state: ContainerState,
-    pub reason: String,
-    pub message: String,
-    pub cgroups_path: String,
-    pub stop_signal: i32,
-    /// The ids of the images mounted as volumes (RemoveImage refuses them).
-    #[serde(default)]
-    pub image_volumes: Vec<String>,
-    /// The identity of the first process (absent in records written
-    /// before it was kept).
-    #[serde(default)]
-    pub user: Option<super::user::RecordUser>,
-}
-
-impl ContainerRecord {
-    pub(super) fn reserved_name(&self, pod: &str) -> String {
-        format!("{}_{}_{}", self.name, pod, self.attempt)
-    }
-}
 
 pub struct ContainerManager {
     pub(super) root: PathBuf,
@@ -83,8 +36,8 @@ pub struct ContainerManager {
     /// StopContainer with a shorter timeout brings its stop's forward.
     pub(super) kill_at: std::sync::Mutex<HashMap<String, std::time::Instant>>,
     pub(super) events: Emitter,
-    pub(super) exits: super::exits::ExitWatch,
-    pub(super) cpu_samples: super::stats::CpuSamples,
+    pub(super) exits: super::exit_watch::ExitWatch,
+    pub(super) cpu_samples: super::cpu_samples::CpuSamples,
     /// Where CDI specs are read, lowest priority first (`cdi/`).
     /// CDI spec dirs (changed by a reload).
     pub(super) cdi_dirs: std::sync::RwLock<Vec<PathBuf>>,
@@ -147,7 +100,7 @@ impl ContainerManager {
             locks: KeyedLocks::default(),
             kill_at: std::sync::Mutex::new(HashMap::new()),
             events,
-            exits: super::exits::ExitWatch::new(),
+            exits: super::exit_watch::ExitWatch::new(),
             cpu_samples: Default::default(),
             cdi_dirs: std::sync::RwLock::new(crate::config::CdiConfig::default().spec_dirs),
         };
@@ -157,7 +110,7 @@ impl ContainerManager {
                 .unwrap_or_default()
                 .to_string_lossy()
                 .into_owned();
-            let pod = std::fs::read_to_string(dir.join(super::recover::SANDBOX_FILE)).ok();
+            let pod = std::fs::read_to_string(dir.join(super::record::SANDBOX_FILE)).ok();
             tracing::warn!(container_id = %id, "undoing an unfinished container");
             m.discard(pod.as_deref(), &id);
         }

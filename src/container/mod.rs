@@ -4,7 +4,10 @@
 //! security profiles are shared with the pause: `crate::cgroup`,
 //! `crate::security`).
 
+mod cpu_samples;
 mod create;
+pub mod events;
+mod exit_watch;
 mod exits;
 mod host_devices;
 mod idmapped;
@@ -13,6 +16,7 @@ pub mod kernel_mounts;
 pub mod manager;
 pub mod mounts;
 mod ops;
+pub mod record;
 mod recover;
 pub mod signal;
 pub mod spec;

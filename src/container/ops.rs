@@ -1,10 +1,10 @@
 //! StartContainer, StopContainer, RemoveContainer, ReopenContainerLog and
 //! ExecSync.
 
+use super::events::Kind;
 use crate::api::shim::{
     shim_request::Request, DeleteRequest, KillRequest, ReopenLogRequest, ShimRequest, StartRequest,
 };
-use crate::events::Kind;
 use crate::sandbox::SandboxError;
 use crate::shim::client;
 use crate::sys::now_ns;
@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::manager::*;
+use super::record::ContainerState;
 
 impl ContainerManager {
     /// StartContainer.
@@ -245,7 +246,7 @@ impl ContainerManager {
         g.0.remove(id);
         g.1.remove(&r.reserved_name(&r.sandbox_id));
         self.events
-            .emit(crate::events::Kind::Deleted, id, &r.sandbox_id);
+            .emit(super::events::Kind::Deleted, id, &r.sandbox_id);
         drop(g);
         steps.end("files");
         steps.finish();

@@ -11,9 +11,6 @@ use crate::api::shim::{shim_request::Request, DeleteRequest};
 use crate::shim::client;
 use std::path::Path;
 
-/// The file in a container dir that names its pod.
-pub(super) const SANDBOX_FILE: &str = "sandbox_id";
-
 impl ContainerManager {
     /// Undoes container `id` of pod `sandbox_id` (which may be unknown:
     /// only the mounts and the dir are removed then).

@@ -3,7 +3,8 @@
 //! it (SCM_RIGHTS), then (exec) the exit code. Also the checks the Exec
 //! and Attach RPCs make before handing out a URL.
 
-use super::manager::{ContainerManager, ContainerState};
+use super::manager::ContainerManager;
+use super::record::ContainerState;
 use crate::api::shim::{shim_request::Request, AttachRequest, ShimRequest, StreamExecRequest};
 use crate::sandbox::SandboxError;
 use crate::shim::{fdpass, wire};

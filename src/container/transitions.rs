@@ -8,8 +8,9 @@
 //! a removal that raced with it leaves nothing behind. Pod sandboxes'
 //! own events are raised here too, for the sandbox RPCs.
 
-use super::manager::{ContainerManager, ContainerRecord, ContainerState};
-use crate::events::Kind;
+use super::events::Kind;
+use super::manager::ContainerManager;
+use super::record::{ContainerRecord, ContainerState};
 use crate::sandbox::SandboxError;
 use crate::store::atomic;
 use crate::sys::now_ns;
@@ -57,7 +58,7 @@ impl ContainerManager {
         sandbox_id: &str,
         last: Option<crate::sandbox::manager::SandboxRecord>,
     ) {
-        self.events.send(crate::events::Raw {
+        self.events.send(super::events::Raw {
             kind,
             container_id: sandbox_id.to_string(),
             sandbox_id: sandbox_id.to_string(),

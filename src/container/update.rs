@@ -8,7 +8,8 @@
 //! reports) and in the OCI spec (`config.json`). The container's own lock
 //! is held throughout, so two updates never interleave.
 
-use super::manager::{err, ContainerManager, ContainerState};
+use super::manager::{err, ContainerManager};
+use super::record::ContainerState;
 use crate::api::cri::LinuxContainerResources;
 use crate::cgroup::Layout;
 use crate::cgroup::{resources, systemd};

@@ -30,7 +30,7 @@ pub struct State {
 }
 
 /// Where GetContainerEvents subscribers read from.
-pub type EventHub = crate::events::Hub<crate::api::cri::ContainerEventResponse>;
+pub type EventHub = crate::container::events::Hub<crate::api::cri::ContainerEventResponse>;
 
 impl State {
     pub fn new(cfg: Config) -> State {

@@ -168,7 +168,7 @@ pub async fn serve(cfg: Config, reload: Option<reload::Reloader>) -> anyhow::Res
     };
     let root = cfg.root.clone();
     let cdi_dirs = cfg.cdi.spec_dirs.clone();
-    let (emitter, raw_events) = crate::events::channel();
+    let (emitter, raw_events) = crate::container::events::channel();
     let (failed_tx, failed_rx) = tokio::sync::oneshot::channel::<anyhow::Error>();
     tokio::spawn(async move {
         let r = tokio::task::spawn_blocking(move || -> anyhow::Result<()> {

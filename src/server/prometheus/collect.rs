@@ -3,7 +3,7 @@
 //! server's process metrics under their standard names (`process_…`, as
 //! every Prometheus client library exports them), from `/proc/self`.
 
-use crate::container::manager::ContainerState;
+use crate::container::record::ContainerState;
 use crate::sandbox::manager::SandboxState;
 use crate::server::instrument::State;
 use prometheus_client::collector::Collector;

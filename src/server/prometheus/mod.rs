@@ -6,8 +6,8 @@
 
 mod collect;
 
-use collect::{Objects, Process};
 use super::instrument::State;
+use collect::{Objects, Process};
 use prometheus_client::registry::Registry;
 use std::sync::{Arc, Weak};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};

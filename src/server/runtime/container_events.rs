@@ -14,7 +14,7 @@
 use super::container_status::status_of as container_status;
 use super::sandbox_status::status_of as sandbox_status;
 use crate::api::cri::*;
-use crate::events::{Ended, Hub, Kind, Raw};
+use crate::container::events::{Ended, Hub, Kind, Raw};
 use crate::server::instrument::State;
 use std::sync::Arc;
 use tonic::Status;

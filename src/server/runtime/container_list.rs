@@ -3,7 +3,7 @@
 
 use super::container_status::state_of;
 use crate::api::cri::*;
-use crate::container::manager::ContainerRecord;
+use crate::container::record::ContainerRecord;
 use crate::server::instrument::State;
 use tonic::Status;
 

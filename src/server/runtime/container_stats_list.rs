@@ -4,7 +4,7 @@
 
 use super::container_stats::to_cri;
 use crate::api::cri::*;
-use crate::container::manager::ContainerRecord;
+use crate::container::record::ContainerRecord;
 use crate::server::instrument::State;
 use tonic::Status;
 

@@ -3,7 +3,7 @@
 //! unknown id.
 
 use crate::api::cri::*;
-use crate::container::manager::{ContainerRecord, ContainerState as S};
+use crate::container::record::{ContainerRecord, ContainerState as S};
 use crate::server::instrument::State;
 use std::collections::HashMap;
 use tonic::Status;

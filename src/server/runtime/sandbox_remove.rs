@@ -2,7 +2,7 @@
 //! Removing a sandbox raises its DELETED event, carrying its last status.
 
 use crate::api::cri::{RemovePodSandboxRequest, RemovePodSandboxResponse};
-use crate::events::Kind;
+use crate::container::events::Kind;
 use crate::server::instrument::State;
 use tonic::Status;
 

@@ -2,7 +2,7 @@
 //! raises the sandbox's CREATED and STARTED events, as containerd does.
 
 use crate::api::cri::{RunPodSandboxRequest, RunPodSandboxResponse};
-use crate::events::Kind;
+use crate::container::events::Kind;
 use crate::server::instrument::State;
 use tonic::Status;
 

@@ -2,7 +2,7 @@
 //! ready sandbox raises its STOPPED event.
 
 use crate::api::cri::{StopPodSandboxRequest, StopPodSandboxResponse};
-use crate::events::Kind;
+use crate::container::events::Kind;
 use crate::sandbox::manager::SandboxState;
 use crate::server::instrument::State;
 use tonic::Status;

@@ -41,7 +41,7 @@ pub struct Raw {
     /// The container's record as the event recorded it: its status in the
     /// event is this, not what the record has become by the time the
     /// event is dispatched (a CREATED dispatched after the start).
-    pub container: Option<Box<crate::container::manager::ContainerRecord>>,
+    pub container: Option<Box<super::record::ContainerRecord>>,
 }
 
 /// The managers' handle for raising events; cheap to clone.
@@ -64,7 +64,7 @@ impl Emitter {
     }
 
     /// Raises a container's event with its record as it is now.
-    pub fn emit_container(&self, kind: Kind, rec: &crate::container::manager::ContainerRecord) {
+    pub fn emit_container(&self, kind: Kind, rec: &super::record::ContainerRecord) {
         self.send(Raw {
             kind,
             container_id: rec.id.clone(),
