@@ -2,14 +2,11 @@
 //! (sandbox + one started container), K pods started in parallel, and the
 //! runtime's memory with K pods running.
 
-use super::sandbox::pod_config;
+use super::sandbox::{pod_config, IDLE};
 use super::{summarize, turns, Summary, Target};
 use crate::api::cri::*;
 use serde::Serialize;
-use std::time::{Duration, Instant};
-
-/// How long the runtimes are left alone before their memory is read.
-pub(super) const IDLE: Duration = Duration::from_secs(3);
+use std::time::Instant;
 
 #[derive(Debug, Serialize)]
 pub struct ContainerResult {

@@ -251,7 +251,7 @@ pub async fn bench_pull(
     iterations: usize,
 ) -> anyhow::Result<Vec<PullResult>> {
     // Idle before: no RPC for a few seconds (husk trims itself after 2 s).
-    tokio::time::sleep(container::IDLE).await;
+    tokio::time::sleep(sandbox::IDLE).await;
     let before: Vec<u64> = targets.iter().map(Target::rss_bytes).collect();
     let mut samples: Vec<Vec<Duration>> = vec![Vec::new(); targets.len()];
     let mut sizes = vec![0u64; targets.len()];

@@ -4,7 +4,10 @@
 use super::{procs, summarize, turns, Summary, Target};
 use crate::api::cri::*;
 use serde::Serialize;
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+/// How long the runtimes are left alone before their memory is read.
+pub(super) const IDLE: Duration = Duration::from_secs(3);
 
 #[derive(Debug, Serialize)]
 pub struct MemoryPoint {
@@ -119,7 +122,7 @@ pub async fn bench_sandbox(
     }
     let mut memory: Vec<Vec<MemoryPoint>> = (0..n).map(|_| Vec::new()).collect();
     for (k, t) in targets.iter_mut().enumerate() {
-        tokio::time::sleep(super::container::IDLE).await;
+        tokio::time::sleep(IDLE).await;
         let idle = t.rss_bytes() as f64;
         for &pods in pod_counts {
             let mut ids = Vec::with_capacity(pods);
@@ -129,7 +132,7 @@ pub async fn bench_sandbox(
                         .await?,
                 );
             }
-            tokio::time::sleep(super::container::IDLE).await;
+            tokio::time::sleep(IDLE).await;
             let shims = t.shims();
             let shim_rss: Vec<u64> = shims.iter().map(|p| procs::rss_bytes(*p)).collect();
             let shim_pss: u64 = shims.iter().map(|p| procs::pss_bytes(*p)).sum();

@@ -255,15 +255,6 @@ pub fn fs_path(cgroups_path: &str) -> Cow<'_, str> {
     }
 }
 
-/// The systemd unit of an OCI cgroups path (`husk-<id>.scope`), None for a
-/// cgroupfs path.
-pub fn unit_of(cgroups_path: &str) -> Option<String> {
-    match cgroups_path.split(':').collect::<Vec<_>>().as_slice() {
-        [_, prefix, name] => Some(format!("{prefix}-{name}.scope")),
-        _ => None,
-    }
-}
-
 /// The directory of the parent of an OCI cgroups path (the pod's cgroup
 /// or slice), from the hierarchy's root.
 pub fn parent_fs_path(cgroups_path: &str) -> String {
@@ -288,8 +279,11 @@ mod tests {
         assert_eq!(fs_path("/kubepods/pod1/abc"), "/kubepods/pod1/abc");
         assert_eq!(parent_fs_path("a-b.slice:husk:c"), "/a.slice/a-b.slice");
         assert_eq!(parent_fs_path("/p/c"), "/p");
-        assert_eq!(unit_of("a.slice:husk:c").as_deref(), Some("husk-c.scope"));
-        assert_eq!(unit_of("/p/c"), None);
+        assert_eq!(
+            crate::cgroup::systemd::unit_of("a.slice:husk:c").as_deref(),
+            Some("husk-c.scope")
+        );
+        assert_eq!(crate::cgroup::systemd::unit_of("/p/c"), None);
     }
 
     #[test]

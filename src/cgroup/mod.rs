@@ -29,6 +29,7 @@ mod validate;
 pub use driver::Driver;
 pub use kill::{kill_all, remove};
 pub use usage::{usage, v2_pressure, Cpu, Memory, Pressure, Psi, Usage};
+pub use validate::validate;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -278,7 +279,7 @@ pub fn prune_unsupported(
     res: &mut crate::api::cri::LinuxContainerResources,
 ) -> Vec<&'static str> {
     let parent = driver::parent_fs_path(cgroups_path);
-    let delegated = if driver::unit_of(cgroups_path).is_some() {
+    let delegated = if systemd::unit_of(cgroups_path).is_some() {
         systemd_reachable(layout, &parent)
     } else {
         delegate(layout, &parent)

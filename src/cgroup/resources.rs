@@ -16,7 +16,6 @@
 //! `oom_score_adj` is recorded but not applied to running processes (as with
 //! runc's update).
 
-pub use super::validate::validate;
 use super::Layout;
 use crate::api::cri::LinuxContainerResources;
 use std::io;

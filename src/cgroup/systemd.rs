@@ -79,7 +79,7 @@ pub fn write_leftovers(
     res: Option<&LinuxContainerResources>,
 ) -> Result<(), ResourceError> {
     let Some(res) = res else { return Ok(()) };
-    if super::driver::unit_of(cgroups_path).is_none() {
+    if unit_of(cgroups_path).is_none() {
         return Ok(());
     }
     let left = leftovers(res);
@@ -133,7 +133,7 @@ pub fn set_properties(
 /// Stops the scope of `cgroups_path` if systemd still has it (its
 /// processes are killed); a scope already gone is fine.
 pub fn stop_unit(cgroups_path: &str) -> Result<(), String> {
-    if super::driver::unit_of(cgroups_path).is_none() {
+    if unit_of(cgroups_path).is_none() {
         return Ok(());
     }
     manager(cgroups_path, "stop")?
@@ -142,7 +142,16 @@ pub fn stop_unit(cgroups_path: &str) -> Result<(), String> {
 }
 
 fn unit_name(cgroups_path: &str) -> String {
-    super::driver::unit_of(cgroups_path).unwrap_or_else(|| cgroups_path.to_string())
+    unit_of(cgroups_path).unwrap_or_else(|| cgroups_path.to_string())
+}
+
+/// The systemd unit of an OCI cgroups path (`husk-<id>.scope`), None for a
+/// cgroupfs path.
+pub fn unit_of(cgroups_path: &str) -> Option<String> {
+    match cgroups_path.split(':').collect::<Vec<_>>().as_slice() {
+        [_, prefix, name] => Some(format!("{prefix}-{name}.scope")),
+        _ => None,
+    }
 }
 
 #[cfg(test)]

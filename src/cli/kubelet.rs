@@ -3,7 +3,7 @@
 //! stderr. Shared with `husk run`: flag parsing into [`Settings`] and the
 //! row formatting.
 
-pub use crate::kubelet::kit::settings::parse_duration;
+pub use crate::kubelet::kit::node_config::parse_duration;
 use crate::kubelet::kit::settings::Settings;
 use crate::kubelet::managers::status_manager::StatusEvent;
 use crate::kubelet::{self, Control, Notice};

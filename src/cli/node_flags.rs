@@ -9,8 +9,9 @@
 //! cross-checks (a soft threshold without a grace period, a low image GC
 //! threshold above the high one) in [`NodeFlags::apply`].
 
+use crate::kubelet::kit::node_config::parse_duration;
 use crate::kubelet::kit::node_config::{self, Reservation};
-use crate::kubelet::kit::settings::{parse_duration, Settings};
+use crate::kubelet::kit::settings::Settings;
 use std::time::Duration;
 
 #[derive(clap::Args, Debug, Clone)]

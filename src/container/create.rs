@@ -3,10 +3,11 @@
 //! create in the pod's shim and the record. A failure is undone by
 //! `discard` (and, after a crash, by recovery).
 
+use super::context::{ImageDefaults, PodContext};
 use super::events::Kind;
 use super::manager::*;
 use super::record::{ContainerRecord, ContainerState, RECORD_VERSION};
-use super::spec::{self, ImageDefaults, PodContext};
+use super::spec;
 use super::{user, SpecError};
 use crate::api::cri::{ContainerConfig, NamespaceMode};
 use crate::api::shim::{shim_request::Request, CreateRequest, DeleteRequest};
@@ -286,7 +287,7 @@ impl ContainerManager {
         let mut c = c.clone();
         super::idmapped::mount_all(&mut c, &dir, pod.userns.as_ref())?;
         if let Some(res) = c.linux.as_mut().and_then(|l| l.resources.as_mut()) {
-            crate::cgroup::resources::validate(res, crate::cgroup::Layout::host())?;
+            crate::cgroup::validate(res, crate::cgroup::Layout::host())?;
             crate::cgroup::prune_unsupported(crate::cgroup::Layout::host(), &cgroups_path, res);
         }
         let mut spec = spec::build(id, &c, &img, &who, &ctx)

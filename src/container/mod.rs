@@ -4,6 +4,7 @@
 //! security profiles are shared with the pause: `crate::cgroup`,
 //! `crate::security`).
 
+mod context;
 mod cpu_samples;
 mod create;
 pub mod events;

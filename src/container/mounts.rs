@@ -8,7 +8,7 @@
 //! - Devices from the config, with the cgroup rules that allow them;
 //!   privileged containers get the host's devices.
 
-use super::spec::{ImageDefaults, PodContext};
+use super::context::{ImageDefaults, PodContext};
 use super::SpecError;
 use crate::api::cri::{ContainerConfig, MountPropagation};
 use crate::cgroup::Layout;

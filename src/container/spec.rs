@@ -12,13 +12,13 @@
 //! - Resources map to `linux.resources`; `oom_score_adj` is clamped as for
 //!   the sandbox.
 
+use super::context::{ImageDefaults, PodContext};
 pub use super::mounts::{devices, mounts};
 use super::user::Identity;
 use super::SpecError;
 use crate::api::cri::{ContainerConfig, LinuxContainerResources, NamespaceMode};
 use crate::sandbox::spec::{clamp_oom_score_adj, DEFAULT_CAPS, MASKED_PATHS, READONLY_PATHS};
 use serde_json::{json, Value};
-use std::path::{Path, PathBuf};
 
 /// Every capability the kernel knows (as of Linux 6.x).
 pub const ALL_CAPS: &[&str] = &[
@@ -84,32 +84,6 @@ pub fn current_caps() -> Vec<String> {
         .filter(|(bit, _)| eff & (1u64 << bit) != 0)
         .map(|(_, c)| c.to_string())
         .collect()
-}
-
-/// What the pod contributes.
-pub struct PodContext<'a> {
-    pub netns: Option<&'a Path>,
-    pub ipcns: Option<&'a Path>,
-    pub utsns: Option<&'a Path>,
-    /// The pause process, whose PID namespace a POD-mode container joins.
-    pub pause_pid: i32,
-    /// resolv.conf, hostname and hosts of the pod.
-    pub files_dir: &'a Path,
-    /// The pod's /dev/shm (None: the host's).
-    pub shm: Option<&'a Path>,
-    /// The container's OCI cgroups path (`cgroup::Driver::cgroups_path`).
-    pub cgroups_path: &'a str,
-}
-
-/// What the image contributes.
-#[derive(Default)]
-pub struct ImageDefaults {
-    pub entrypoint: Vec<String>,
-    pub cmd: Vec<String>,
-    pub env: Vec<String>,
-    pub working_dir: String,
-    /// Container paths of the image's VOLUMEs, with the host dirs backing them.
-    pub volumes: Vec<(String, PathBuf)>,
 }
 
 /// CRI `command`/`args` over the image's Entrypoint/Cmd.
@@ -224,7 +198,7 @@ pub fn capabilities(
 /// libcontainer says it as MemorySwapMax=0 itself.
 fn no_swap_on_v2(resources: &mut Value, res: &LinuxContainerResources, cgroups_path: &str) {
     let layout = crate::cgroup::Layout::host();
-    if crate::cgroup::driver::unit_of(cgroups_path).is_some() {
+    if crate::cgroup::systemd::unit_of(cgroups_path).is_some() {
         return;
     }
     let parent = crate::cgroup::driver::parent_fs_path(cgroups_path);
@@ -396,6 +370,7 @@ pub fn build(
 mod tests {
     use super::*;
     use crate::api::cri::*;
+    use std::path::Path;
 
     fn img() -> ImageDefaults {
         ImageDefaults {

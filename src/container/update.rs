@@ -28,7 +28,7 @@ impl ContainerManager {
         let id = self
             .resolve(id)
             .ok_or_else(|| SandboxError::NotFound(format!("container {id} not found")))?;
-        resources::validate(&new, Layout::host())?;
+        crate::cgroup::validate(&new, Layout::host())?;
         let _l = self.locks.lock(&id).await;
         let this = self.clone();
         crate::otel::spawn_blocking(move || this.update_blocking(&id, &new))
@@ -48,7 +48,7 @@ impl ContainerManager {
         let mut new = new.clone();
         crate::cgroup::prune_unsupported(Layout::host(), &r.cgroups_path, &mut new);
         let new = &new;
-        if crate::cgroup::driver::unit_of(&r.cgroups_path).is_some() {
+        if crate::cgroup::systemd::unit_of(&r.cgroups_path).is_some() {
             // systemd's own limits as properties of the scope, the rest
             // (hugetlb, other unified keys) in its files.
             resources::check_memory_limit(Layout::host(), &r.cgroups_path, new)?;

@@ -27,6 +27,7 @@ mod run;
 mod spare;
 pub mod spec;
 mod teardown;
+mod undo;
 pub mod userns;
 pub mod validate;
 

@@ -9,7 +9,7 @@
 //! mount, a bundle, a runtime create and start, and a kill at the end.
 
 use super::manager::SandboxManager;
-use super::run::Undo;
+use super::undo::Undo;
 use super::userns::PodUserns;
 use super::{spec, SandboxError};
 use crate::api::cri::PodSandboxConfig;

@@ -13,7 +13,8 @@
 use super::manager::SandboxManager;
 use super::SandboxError;
 use crate::api::cri::LinuxContainerResources;
-use crate::cgroup::resources::{validate, ResourceError};
+use crate::cgroup::resources::ResourceError;
+use crate::cgroup::validate;
 use crate::cgroup::Layout;
 use crate::store::atomic;
 use prost::Message;

@@ -16,34 +16,13 @@ use std::time::Duration;
 
 use super::manager::*;
 use super::teardown::wait_gone;
+use super::undo::Undo;
 use crate::sys::now_ns;
 
 /// What a CNI ADD thread hands back: the result and what DEL needs.
 type CniOutcome = (serde_json::Value, Cni, NetworkList, Attachment);
 type CniJob = std::thread::JoinHandle<Result<CniOutcome, SandboxError>>;
 type ShimJob = std::thread::JoinHandle<std::io::Result<()>>;
-
-/// One undo step: what it undoes, and how.
-type UndoStep = (&'static str, Box<dyn FnOnce() + Send>);
-
-/// Undo steps of a RunPodSandbox in progress, run in reverse on failure.
-#[derive(Default)]
-pub(super) struct Undo(Vec<UndoStep>);
-
-impl Undo {
-    pub(super) fn push(&mut self, what: &'static str, f: impl FnOnce() + Send + 'static) {
-        self.0.push((what, Box::new(f)));
-    }
-    fn unwind(self) {
-        for (what, f) in self.0.into_iter().rev() {
-            tracing::debug!(step = what, "unwinding");
-            f();
-        }
-    }
-    fn commit(mut self) {
-        self.0.clear();
-    }
-}
 
 /// Whether husk's own path can run pods in user namespaces here.
 fn userns_supported(root: &std::path::Path) -> bool {

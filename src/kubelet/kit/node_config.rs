@@ -225,7 +225,7 @@ pub fn parse_grace_periods(s: &str) -> Result<HashMap<Signal, Duration>, String>
             .split_once('=')
             .ok_or_else(|| format!("{part:?}: expected SIGNAL=DURATION"))?;
         let signal = Signal::parse(sig.trim())?;
-        let d = super::settings::parse_duration(d.trim()).map_err(|e| format!("{part:?}: {e}"))?;
+        let d = parse_duration(d.trim()).map_err(|e| format!("{part:?}: {e}"))?;
         out.insert(signal, d);
     }
     Ok(out)
@@ -342,7 +342,7 @@ impl Capacity {
                 .map(|n| n.get() as i64)
                 .unwrap_or(1)
                 * 1000,
-            memory: super::settings::meminfo_bytes(&meminfo, "MemTotal:"),
+            memory: meminfo_bytes(&meminfo, "MemTotal:"),
             pids: pid_max(),
             ephemeral_storage: rustix::fs::statvfs(root)
                 .map(|s| (s.f_blocks * s.f_frsize) as i64)
@@ -400,6 +400,52 @@ pub fn check_reserved(cap: &Capacity, reserved: &Reservation) -> Result<(), Stri
         Some(e) => Err(e),
         None => Ok(()),
     }
+}
+
+/// A `/proc/meminfo` field (`key` with its colon) in bytes; 0 if absent.
+pub fn meminfo_bytes(meminfo: &str, key: &str) -> i64 {
+    meminfo
+        .lines()
+        .find(|l| l.starts_with(key))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|kb| kb.parse::<i64>().ok())
+        .map(|kb| kb * 1024)
+        .unwrap_or(0)
+}
+
+/// "10s", "500ms", "5m", "1h", "1m30s".
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let mut total = Duration::ZERO;
+    let mut rest = s.trim();
+    if rest.is_empty() {
+        return Err("empty duration".into());
+    }
+    while !rest.is_empty() {
+        let n_end = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let n: f64 = rest[..n_end]
+            .parse()
+            .map_err(|_| format!("invalid duration {s:?}"))?;
+        rest = &rest[n_end..];
+        let u_end = rest
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let unit = match &rest[..u_end] {
+            "ms" => 0.001,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            u => {
+                return Err(format!(
+                    "invalid duration {s:?}: unit {u:?} (use ms, s, m, h)"
+                ))
+            }
+        };
+        rest = &rest[u_end..];
+        total += Duration::from_secs_f64(n * unit);
+    }
+    Ok(total)
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! The kubelet's settings (flags of `husk kubelet` / `husk run`), with
 //! the real kubelet's defaults.
 
-use super::node_config::{Eviction, ImageGc, Reservation};
+use super::node_config::{meminfo_bytes, Eviction, ImageGc, Reservation};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -155,50 +155,4 @@ fn memory_capacity() -> i64 {
         &std::fs::read_to_string("/proc/meminfo").unwrap_or_default(),
         "MemTotal:",
     )
-}
-
-/// A `/proc/meminfo` field (`key` with its colon) in bytes; 0 if absent.
-pub fn meminfo_bytes(meminfo: &str, key: &str) -> i64 {
-    meminfo
-        .lines()
-        .find(|l| l.starts_with(key))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|kb| kb.parse::<i64>().ok())
-        .map(|kb| kb * 1024)
-        .unwrap_or(0)
-}
-
-/// "10s", "500ms", "5m", "1h", "1m30s".
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let mut total = Duration::ZERO;
-    let mut rest = s.trim();
-    if rest.is_empty() {
-        return Err("empty duration".into());
-    }
-    while !rest.is_empty() {
-        let n_end = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        let n: f64 = rest[..n_end]
-            .parse()
-            .map_err(|_| format!("invalid duration {s:?}"))?;
-        rest = &rest[n_end..];
-        let u_end = rest
-            .find(|c: char| c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        let unit = match &rest[..u_end] {
-            "ms" => 0.001,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            u => {
-                return Err(format!(
-                    "invalid duration {s:?}: unit {u:?} (use ms, s, m, h)"
-                ))
-            }
-        };
-        rest = &rest[u_end..];
-        total += Duration::from_secs_f64(n * unit);
-    }
-    Ok(total)
 }

@@ -33,7 +33,7 @@ fn fs(path: &Path, out: &mut Observations, bytes: Signal, inodes: Signal) {
 pub fn observe(root: &Path, image_fs: Option<&str>) -> Observations {
     let mut out = Observations::new();
     let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-    let kb = |k| crate::kubelet::kit::settings::meminfo_bytes(&meminfo, k);
+    let kb = |k| crate::kubelet::kit::node_config::meminfo_bytes(&meminfo, k);
     out.insert(
         Signal::MemoryAvailable,
         (kb("MemAvailable:"), kb("MemTotal:")),
