@@ -7,7 +7,7 @@
 
 use super::SandboxError;
 use crate::api::cri::PodSandboxConfig;
-use crate::api::shim::{shim_request::Request, ShimRequest, ShimResponse, StateRequest};
+use crate::api::shim::{shim_request::Request, StateRequest};
 use crate::image::manager::KeyedLocks;
 use crate::image::ImageManager;
 use crate::network::cni::{Attachment, Cni};
@@ -20,8 +20,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use super::shim_call::shim_call;
+
 pub const RECORD_VERSION: u32 = 1;
-const SHIM_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// What the sandbox manager needs from the config.
 #[derive(Debug, Clone)]
@@ -117,25 +118,6 @@ pub struct SandboxManager {
     pub(super) inner: Mutex<Inner>,
     pub(super) locks: KeyedLocks,
     pub(super) spare: Arc<super::spare::Spare>,
-}
-
-pub(crate) fn shim_call(dir: &Path, request: Request) -> Result<ShimResponse, SandboxError> {
-    let resp = client::call(
-        dir,
-        &ShimRequest {
-            request: Some(request),
-            ..Default::default()
-        },
-        SHIM_TIMEOUT,
-    )
-    .map_err(|e| SandboxError::Shim(format!("{}: {e}", dir.display())))?;
-    match resp.code {
-        _ if resp.error.is_empty() => Ok(resp),
-        // An OCI runtime that hung, or that failed.
-        4 => Err(SandboxError::Timeout(resp.error)),
-        9 => Err(SandboxError::NotRunning(resp.error)),
-        _ => Err(SandboxError::Shim(resp.error)),
-    }
 }
 
 /// The pod cgroup parent of a config (husk's default when unset).

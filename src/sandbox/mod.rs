@@ -24,6 +24,7 @@ mod recover;
 mod resize;
 pub mod rootfs;
 mod run;
+mod shim_call;
 mod spare;
 pub mod spec;
 mod teardown;

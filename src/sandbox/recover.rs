@@ -13,7 +13,8 @@
 //! namespace dir whose sandbox is gone, and a spare (a shim and
 //! namespaces made ahead for the next pod, `spare.rs`).
 
-use super::manager::{cgroup_parent, shim_call, SandboxManager};
+use super::manager::{cgroup_parent, SandboxManager};
+use super::shim_call::{shim_call, wait_gone};
 use crate::api::shim::{shim_request::Request, DeleteRequest, ShutdownRequest};
 use crate::network::cni::NetworkList;
 use crate::network::netns::{self, Kind as NsKind};
@@ -95,7 +96,7 @@ impl SandboxManager {
                 }),
             );
             let _ = shim_call(&shim_dir, Request::Shutdown(ShutdownRequest::default()));
-            super::teardown::wait_gone(&shim_dir, Duration::from_secs(10));
+            wait_gone(&shim_dir, Duration::from_secs(10));
         }
         // A shim the killed server was still starting has no pid file yet.
         if client::kill_strays(&shim_dir) > 0 {

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::manager::*;
-use super::teardown::wait_gone;
+use super::shim_call::{shim_call, wait_gone};
 use super::undo::Undo;
 use crate::sys::now_ns;
 

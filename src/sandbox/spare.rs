@@ -26,7 +26,7 @@
 //! ([`Spare::nudge`]): pods started back to back after a removal find one
 //! too. At most one exists; the server removes it when it stops.
 
-use super::manager::shim_call;
+use super::shim_call::{shim_call, wait_gone};
 use crate::api::shim::{shim_request::Request, ShutdownRequest};
 use crate::network::netns::{self, Kind};
 use crate::shim::client;
@@ -209,7 +209,7 @@ impl Spare {
     fn remove(&self, t: Taken) {
         let dir = self.state.join("s").join(&t.id);
         let _ = shim_call(&dir, Request::Shutdown(ShutdownRequest::default()));
-        super::teardown::wait_gone(&dir, Duration::from_secs(5));
+        wait_gone(&dir, Duration::from_secs(5));
         remove_shim(&dir);
         if t.namespaces {
             remove_set(&self.state.join("ns").join(&t.id));

@@ -10,11 +10,11 @@ use crate::api::shim::{
 use crate::network::cni::NetworkList;
 use crate::network::netns::{self};
 use crate::shim::client;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::manager::*;
+use super::shim_call::{shim_call, wait_gone};
 
 impl SandboxManager {
     /// When the pod's shim is gone (killed) but container `container` still
@@ -252,13 +252,5 @@ impl SandboxManager {
         let steps = steps.finish();
         tracing::info!(pod_sandbox_id = %id, ms = t0.elapsed().as_secs_f64() * 1e3, ?steps, "pod sandbox removed");
         Ok(())
-    }
-}
-
-/// Waits until the shim in `dir` has exited.
-pub(super) fn wait_gone(dir: &Path, timeout: Duration) {
-    let deadline = Instant::now() + timeout;
-    while client::pid(dir).is_some() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(2));
     }
 }
