@@ -4,9 +4,12 @@
 //! request's connection when the process has exited and its pipes are
 //! drained, or when the timeout kills it.
 
+use super::exec_parts::{
+    notify_sockets, output_pipe, remove_new_notify_sockets, sweep_notify_sockets,
+};
 use super::oci::Oci;
-use super::runtime::Failure;
-use super::wire::write_msg;
+use super::runtime_call::Failure;
+use super::wire::{write_msg, DEFAULT_MAX_OUTPUT};
 use crate::api::shim::{ExecRequest, ExecResult, ShimResponse};
 use libcontainer::container::builder::ContainerBuilder;
 use libcontainer::container::Container;
@@ -16,8 +19,6 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// Output kept per stream unless the request says otherwise.
-pub const DEFAULT_MAX_OUTPUT: usize = 16 << 20;
 /// How long output may still arrive after the process exited (its
 /// background children may hold the pipes open).
 const DRAIN_GRACE: Duration = Duration::from_millis(250);
@@ -34,62 +35,6 @@ pub struct PendingExec {
     deadline: Option<Instant>,
     timed_out: bool,
     process_file: PathBuf,
-}
-
-pub(super) fn pipe() -> Result<(OwnedFd, OwnedFd), String> {
-    let (r, w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
-        .map_err(|e| format!("pipe: {e}"))?;
-    rustix::io::ioctl_fionbio(&r, true).map_err(|e| format!("pipe: {e}"))?;
-    Ok((r, w))
-}
-
-/// How long a tenant's notify socket may stay: libcontainer leaves one per
-/// exec in the container's state dir; the handshake it serves is over in
-/// well under a second.
-const NOTIFY_SOCKET_TTL: Duration = Duration::from_secs(10);
-
-/// Removes the notify sockets earlier execs left in a container's state dir
-/// (`tenant-notify-*.sock`), once they are older than a handshake can be.
-pub fn sweep_notify_sockets(container_dir: &Path) {
-    for name in notify_sockets(container_dir) {
-        let path = container_dir.join(name);
-        let old = std::fs::metadata(&path)
-            .and_then(|m| m.modified())
-            .ok()
-            .and_then(|t| t.elapsed().ok())
-            .is_some_and(|age| age > NOTIFY_SOCKET_TTL);
-        if old {
-            let _ = std::fs::remove_file(path);
-        }
-    }
-}
-
-/// The notify sockets in a container's state dir now.
-pub fn notify_sockets(container_dir: &Path) -> std::collections::HashSet<std::ffi::OsString> {
-    std::fs::read_dir(container_dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.file_name())
-        .filter(|n| {
-            let n = n.to_string_lossy();
-            n.starts_with("tenant-notify-") && n.ends_with(".sock")
-        })
-        .collect()
-}
-
-/// Removes the notify sockets not in `before`: the one an exec just made.
-/// Its handshake is over once libcontainer's builder has returned (the
-/// builder itself connects to it), so no exec leaves a file behind.
-pub fn remove_new_notify_sockets(
-    container_dir: &Path,
-    before: &std::collections::HashSet<std::ffi::OsString>,
-) {
-    for n in notify_sockets(container_dir) {
-        if !before.contains(&n) {
-            let _ = std::fs::remove_file(container_dir.join(n));
-        }
-    }
 }
 
 /// Starts `req` in container `req.id`; the caller keeps the pending exec.
@@ -112,8 +57,8 @@ pub fn start(
         }
         sweep_notify_sockets(&youki.join(&req.id));
         let file = dir.join(format!("exec-{:016x}.json", rand::random::<u64>()));
-        let (out_r, out_w) = pipe()?;
-        let (err_r, err_w) = pipe()?;
+        let (out_r, out_w) = output_pipe()?;
+        let (err_r, err_w) = output_pipe()?;
         let stdin = std::fs::File::open("/dev/null").map_err(|e| e.to_string())?;
         let sockets = notify_sockets(&youki.join(&req.id));
         let pid = super::fork::in_child(|| {
@@ -154,7 +99,7 @@ fn write_process(
     file: &Path,
 ) -> Result<super::tenant::TenantExecutor, String> {
     let c = Container::load(youki.join(id)).map_err(|e| format!("container {id}: {e}"))?;
-    let (spec, mut process) = super::runtime::exec_process(c.bundle(), args, false)?;
+    let (spec, mut process) = super::exec_parts::exec_process(c.bundle(), args, false)?;
     let executor = super::tenant::TenantExecutor::prepare(&spec, &mut process)?;
     crate::store::atomic::write_state_json(file, &process).map_err(|e| e.to_string())?;
     Ok(executor)

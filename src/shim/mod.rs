@@ -18,7 +18,9 @@
 //!   husk's own path (`oci.rs`); `oci/runtime.log`, its last call's log.
 
 pub mod client;
+mod console;
 pub mod exec;
+mod exec_parts;
 pub mod fdpass;
 mod fork;
 pub mod monitor;
@@ -29,6 +31,7 @@ mod payload;
 pub mod process;
 mod reap;
 mod runtime;
+mod runtime_call;
 pub mod sealed;
 pub mod spans;
 pub mod stream;

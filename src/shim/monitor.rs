@@ -3,7 +3,7 @@
 //! written by the signal handler wakes `poll`).
 
 use super::oci::{Oci, Stdio3};
-use super::runtime::{Failure, Made};
+use super::runtime_call::{Failure, Made};
 use super::wire::{read_msg, write_msg};
 use super::ExitRecord;
 use crate::api::shim::{

@@ -5,8 +5,9 @@
 //! streaming exec hands its descriptors, or its terminal's master, to the
 //! server (`stream.rs`).
 
+use super::exec_parts::exec_process;
 use super::oci::{Oci, Stdio3};
-use super::runtime::{exec_process, with_stderr, Failure};
+use super::runtime_call::{with_stderr, Failure};
 use crate::api::shim::{ExecRequest, StreamExecRequest, StreamFds};
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
@@ -45,8 +46,8 @@ pub(super) fn sync(
     req: &ExecRequest,
 ) -> Result<(i32, [OwnedFd; 2], PathBuf), Failure> {
     let file = process_file(o, dir, &req.args, false)?;
-    let (out_r, out_w) = super::exec::pipe().map_err(internal)?;
-    let (err_r, err_w) = super::exec::pipe().map_err(internal)?;
+    let (out_r, out_w) = super::exec_parts::output_pipe().map_err(internal)?;
+    let (err_r, err_w) = super::exec_parts::output_pipe().map_err(internal)?;
     let io = Stdio3 {
         stdin: null()?,
         stdout: out_w,
@@ -73,10 +74,10 @@ pub(super) fn stream(
     let mut which = StreamFds::default();
     // What the runtime itself says on a failure comes on this pipe (for a
     // terminal, the process's stdio is the terminal, not the runtime's).
-    let (said_r, said_w) = super::exec::pipe().map_err(internal)?;
+    let (said_r, said_w) = super::exec_parts::output_pipe().map_err(internal)?;
     let mut console = None;
     let io = if req.tty {
-        let (l, p) = super::stream::console_listener(dir).map_err(internal)?;
+        let (l, p) = super::console::console_listener(dir).map_err(internal)?;
         console = Some((l, p));
         Stdio3 {
             stdin: null()?,
@@ -85,7 +86,7 @@ pub(super) fn stream(
         }
     } else {
         let stdin = if req.stdin {
-            let (r, w) = super::stream::pipe().map_err(internal)?;
+            let (r, w) = super::exec_parts::pipe().map_err(internal)?;
             mine.push(w);
             which.stdin = true;
             r
@@ -93,7 +94,7 @@ pub(super) fn stream(
             null()?
         };
         let stdout = if req.stdout {
-            let (r, w) = super::stream::pipe().map_err(internal)?;
+            let (r, w) = super::exec_parts::pipe().map_err(internal)?;
             mine.push(r);
             which.stdout = true;
             w
@@ -103,7 +104,7 @@ pub(super) fn stream(
         // Without a stderr of its own, the process's goes nowhere but the
         // runtime's words still come to the shim.
         let stderr = if req.stderr {
-            let (r, w) = super::stream::pipe().map_err(internal)?;
+            let (r, w) = super::exec_parts::pipe().map_err(internal)?;
             mine.push(r);
             which.stderr = true;
             drop(said_w);
@@ -139,7 +140,7 @@ pub(super) fn stream(
         }
     };
     if let Some((l, p)) = console {
-        super::stream::take_master(&l, &p, pid, &mut mine, &mut which).map_err(internal)?;
+        super::console::take_master(&l, &p, pid, &mut mine, &mut which).map_err(internal)?;
     }
     Ok((pid, mine, which))
 }

@@ -6,91 +6,11 @@
 
 use super::fork::{in_child, ResetSignals};
 use super::monitor::Shim;
-use super::oci::{Oci, OciError, Stdio3};
+use super::oci::Oci;
+use super::runtime_call::{internal, oci_failure, with_stderr, Failure, Made};
 use libcontainer::container::builder::ContainerBuilder;
 use libcontainer::container::Container;
 use libcontainer::syscall::syscall::SyscallType;
-use std::os::fd::OwnedFd;
-use std::path::{Path, PathBuf};
-
-/// A runtime's failure: the shim API's code and the message.
-pub(super) type Failure = (i32, String);
-
-const INTERNAL: i32 = 13;
-
-fn internal(e: String) -> Failure {
-    (INTERNAL, e)
-}
-
-fn oci_failure(e: OciError) -> Failure {
-    (e.code(), e.to_string())
-}
-
-/// What a create is given.
-pub(super) struct Made<'a> {
-    pub id: &'a str,
-    pub bundle: &'a Path,
-    pub console: Option<PathBuf>,
-    pub io: Stdio3,
-    /// The read end of the process's stderr, where an OCI runtime's own
-    /// complaints land when its create fails.
-    pub stderr_reader: Option<&'a OwnedFd>,
-}
-
-/// Whatever `fd` (non-blocking) holds now, as text, at most 4 KiB.
-pub(super) fn pending_text(fd: Option<&OwnedFd>) -> String {
-    let Some(fd) = fd else {
-        return String::new();
-    };
-    let mut buf = vec![0u8; 4096];
-    match rustix::io::read(fd, &mut buf) {
-        Ok(n) => String::from_utf8_lossy(&buf[..n]).trim().to_string(),
-        Err(_) => String::new(),
-    }
-}
-
-/// `e`, with what the process's stderr holds when the log said nothing.
-pub(super) fn with_stderr(e: OciError, stderr: Option<&OwnedFd>) -> Failure {
-    let said = pending_text(stderr);
-    let e = match e {
-        OciError::Failed(m) if !said.is_empty() => {
-            OciError::Failed(m.replace("(it said nothing)", &said))
-        }
-        e => e,
-    };
-    oci_failure(e)
-}
-
-/// The container's spec, and its own process (user, env, cwd,
-/// capabilities, rlimits as its bundle has them) with `args` swapped in,
-/// for an exec (a terminal's gets TERM when the image set none).
-pub(super) fn exec_process(
-    bundle: &Path,
-    args: &[String],
-    tty: bool,
-) -> Result<(serde_json::Value, serde_json::Value), String> {
-    let spec: serde_json::Value = std::fs::read(bundle.join("config.json"))
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        .ok_or("cannot read the container's spec")?;
-    let mut process = spec
-        .get("process")
-        .cloned()
-        .ok_or("the container's spec has no process")?;
-    process["args"] = serde_json::json!(args);
-    process["terminal"] = serde_json::json!(tty);
-    if tty {
-        let mut env = process["env"].as_array().cloned().unwrap_or_default();
-        if !env
-            .iter()
-            .any(|e| e.as_str().is_some_and(|s| s.starts_with("TERM=")))
-        {
-            env.push(serde_json::json!("TERM=xterm"));
-            process["env"] = serde_json::json!(env);
-        }
-    }
-    Ok((spec, process))
-}
 
 impl Shim {
     /// The OCI runtime that runs `id`, if one does (a shim started after a

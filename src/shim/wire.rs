@@ -4,10 +4,13 @@
 use prost::Message;
 use std::io::{self, Read, Write};
 
+/// An ExecSync's output kept per stream unless the request says otherwise.
+pub const DEFAULT_MAX_OUTPUT: usize = 16 << 20;
+
 /// Largest frame accepted: an ExecSync answer carries up to 16 MiB of
 /// stdout and 16 MiB of stderr (as containerd returns them); everything
 /// else is small.
-pub const MAX_FRAME: usize = (2 * super::exec::DEFAULT_MAX_OUTPUT) + (64 << 10);
+pub const MAX_FRAME: usize = (2 * DEFAULT_MAX_OUTPUT) + (64 << 10);
 
 pub fn write_msg<M: Message>(w: &mut impl Write, m: &M) -> io::Result<()> {
     let body = m.encode_to_vec();
