@@ -354,7 +354,7 @@ fn container(
             } else if src.file_key_ref.is_some() {
                 c.no(format!("{eat}.valueFrom.fileKeyRef: not supported"));
             } else if let Some(f) = &src.field_ref {
-                if !crate::kubelet::spec::env::field_supported(&f.field_path) {
+                if !crate::kubelet::spec::downward::field_supported(&f.field_path) {
                     c.bad(format!(
                         "{eat}.valueFrom.fieldRef.fieldPath: Unsupported value {:?}",
                         f.field_path

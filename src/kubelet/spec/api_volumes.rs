@@ -15,6 +15,7 @@
 //! pod, and are renewed after 80% of their lifetime. Without an API server
 //! (static pods only) such references fail with a clear message.
 
+use super::atomic_writer::Files;
 use super::volumes;
 use crate::kubelet::kit::defaults;
 use crate::kubelet::kit::settings::Settings;
@@ -27,9 +28,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-
-/// Relative path → (content, mode).
-pub type Files = BTreeMap<String, (Vec<u8>, u32)>;
 
 const DEFAULT_MODE: u32 = 0o644;
 const TOKEN_SECONDS: i64 = 3607;
@@ -295,7 +293,7 @@ fn downward(
 ) -> Result<(), String> {
     for it in items {
         let v = if let Some(f) = &it.field_ref {
-            super::env::pod_field(
+            super::downward::pod_field(
                 pod,
                 &f.field_path,
                 &[],
@@ -308,7 +306,7 @@ fn downward(
                 .chain(defaults::init_containers(pod))
                 .find(|c| c.name == name)
                 .ok_or_else(|| format!("downwardAPI {}: no container {name:?}", it.path))?;
-            super::env::resource_value(
+            super::downward::resource_value(
                 settings,
                 c,
                 &r.resource,

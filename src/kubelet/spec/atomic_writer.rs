@@ -5,10 +5,13 @@
 //! goes. Nothing is written when the content is unchanged; paths must stay
 //! inside the volume.
 
-use super::api_volumes::Files;
 use crate::kubelet::kit::defaults;
+use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+
+/// Relative path → (content, mode).
+pub type Files = BTreeMap<String, (Vec<u8>, u32)>;
 
 /// A relative path that stays inside its volume.
 fn safe(rel: &str) -> bool {

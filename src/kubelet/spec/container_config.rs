@@ -7,6 +7,7 @@
 //! annotations.
 
 use super::env::{env, expand};
+use super::inputs::Inputs;
 use super::sandbox_config::{namespaces, seccomp};
 use crate::api::cri::*;
 use crate::kubelet::kit::defaults;
@@ -14,26 +15,6 @@ use crate::kubelet::kit::labels;
 use crate::kubelet::kit::settings::Settings;
 use k8s_openapi::api::core::v1::{Container, Pod};
 use std::collections::HashMap;
-use std::path::PathBuf;
-
-/// Everything a container's config depends on besides the pod.
-pub struct Inputs<'a> {
-    pub restart_count: i32,
-    pub pod_ips: &'a [String],
-    pub host_ip: &'a str,
-    pub volumes: &'a HashMap<String, PathBuf>,
-    /// Image volumes: volume name → the runtime's ID of its pulled image.
-    pub image_volumes: &'a HashMap<String, String>,
-    /// Volume-mount index → the bind of its subPath (`subpath.rs`).
-    pub subpaths: &'a HashMap<usize, PathBuf>,
-    pub termination_file: Option<PathBuf>,
-    pub etc_hosts: Option<PathBuf>,
-    pub image_ref: &'a str,
-    /// The secrets and config maps the env refers to.
-    pub env_objects: &'a super::env::EnvObjects,
-    /// Service link variables (overridden by the container's own env).
-    pub service_env: &'a [(String, String)],
-}
 
 const MASKED: &[&str] = &[
     "/proc/asound",
@@ -359,7 +340,7 @@ mod tests {
         let vols = HashMap::new();
         let ips = vec!["10.1.2.3".to_string()];
         use crate::kubelet::spec::api_volumes::Kind;
-        use crate::kubelet::spec::env::EnvObjects;
+        use crate::kubelet::spec::inputs::EnvObjects;
         let mut objs = EnvObjects::new();
         objs.insert(
             (Kind::Secret, "s".into()),
@@ -412,7 +393,7 @@ mod tests {
         assert_eq!(env["SEC"], "v");
         assert_eq!(env["KUBERNETES_SERVICE_HOST"], "10.0.0.1");
         assert_eq!(
-            crate::kubelet::spec::env::go_quote("a\"b\\c\nd\u{1}"),
+            crate::kubelet::spec::downward::go_quote("a\"b\\c\nd\u{1}"),
             "\"a\\\"b\\\\c\\nd\\x01\""
         );
         assert_eq!(env["CM_A"], "1");

@@ -8,7 +8,9 @@
 pub mod api_volumes;
 pub mod atomic_writer;
 pub mod container_config;
+pub mod downward;
 pub mod env;
+pub mod inputs;
 pub mod pull_secrets;
 pub mod runtime_class;
 pub mod sandbox_config;
