@@ -1,5 +1,8 @@
 //! Generated gRPC code: CRI v1 (`runtime.v1`, from the vendored
-//! k8s.io/cri-api proto) and husk's own admin API (`husk.v1`).
+//! k8s.io/cri-api proto) and husk's own admin API (`husk.v1`); and the
+//! channel a client opens to an endpoint's unix socket.
+
+use tonic::transport::{Channel, Endpoint};
 
 #[allow(clippy::all, clippy::unwrap_used, missing_docs)]
 pub mod cri {
@@ -14,4 +17,33 @@ pub mod admin {
 #[allow(clippy::all, clippy::unwrap_used, missing_docs)]
 pub mod shim {
     tonic::include_proto!("husk.shim.v1");
+}
+
+/// Connects to `unix:///path` (or a bare path).
+pub async fn connect(endpoint: &str) -> anyhow::Result<Channel> {
+    let path = endpoint.strip_prefix("unix://").unwrap_or(endpoint);
+    if !path.starts_with('/') {
+        anyhow::bail!("endpoint {endpoint:?} must be unix:///absolute/path");
+    }
+    let path = path.to_string();
+    Endpoint::try_from("http://[::]:50051")?
+        .connect_timeout(std::time::Duration::from_secs(5))
+        .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
+            let path = path.clone();
+            async move {
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
+                    tokio::net::UnixStream::connect(path).await?,
+                ))
+            }
+        }))
+        .await
+        .map_err(|e| {
+            // tonic's error repeats its source in its own text; name the
+            // innermost cause once.
+            let mut cause: &dyn std::error::Error = &e;
+            while let Some(next) = cause.source() {
+                cause = next;
+            }
+            anyhow::anyhow!("connect to {endpoint}: {cause}")
+        })
 }

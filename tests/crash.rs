@@ -23,7 +23,7 @@ async fn client(
     ep: &str,
 ) -> husk::api::cri::runtime_service_client::RuntimeServiceClient<tonic::transport::Channel> {
     husk::api::cri::runtime_service_client::RuntimeServiceClient::new(
-        husk::cli::connect(ep).await.unwrap(),
+        husk::api::connect(ep).await.unwrap(),
     )
 }
 

@@ -169,7 +169,7 @@ async fn nothing_lost_under_load_and_an_idle_subscriber_holds_nothing_back() {
         let (image, endpoint) = (image.clone(), h.endpoint());
         tasks.push(tokio::spawn(async move {
             let mut rt = husk::api::cri::runtime_service_client::RuntimeServiceClient::new(
-                husk::cli::connect(&endpoint).await.unwrap(),
+                husk::api::connect(&endpoint).await.unwrap(),
             );
             let id = rt
                 .create_container(CreateContainerRequest {

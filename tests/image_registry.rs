@@ -271,7 +271,7 @@ async fn pull_killed_midway_leaves_no_image_and_completes_later() {
         let r = r.clone();
         tokio::spawn(async move {
             let mut c = husk::api::cri::image_service_client::ImageServiceClient::new(
-                husk::cli::connect(&ep).await.unwrap(),
+                husk::api::connect(&ep).await.unwrap(),
             );
             c.pull_image(husk::api::cri::PullImageRequest {
                 image: Some(husk::api::cri::ImageSpec {

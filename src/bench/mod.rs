@@ -101,7 +101,7 @@ impl Target {
     }
 
     pub async fn connect(name: &str, endpoint: &str) -> anyhow::Result<Target> {
-        let ch = crate::cli::connect(endpoint).await?;
+        let ch = crate::api::connect(endpoint).await?;
         let mut runtime = RuntimeServiceClient::new(ch.clone()).max_decoding_message_size(64 << 20);
         // containerd 1.6 answers cgroupfs whatever runc's SystemdCgroup
         // says: the caller's HUSK_BENCH_SLICE tells it for such a runtime.

@@ -19,7 +19,7 @@ fn spec(image: &str) -> Option<ImageSpec> {
 
 /// Pulls with a progress bar fed by the admin API when the server has it.
 pub async fn pull(endpoint: &str, image: &str, creds: Option<&str>) -> anyhow::Result<()> {
-    let ch = super::connect(endpoint).await?;
+    let ch = crate::api::connect(endpoint).await?;
     let auth = creds
         .map(|c| {
             let (u, p) = c.split_once(':').context("--creds must be USER:PASSWORD")?;
@@ -78,7 +78,7 @@ pub async fn pull(endpoint: &str, image: &str, creds: Option<&str>) -> anyhow::R
 }
 
 pub async fn list(endpoint: &str, quiet: bool) -> anyhow::Result<()> {
-    let mut client = ImageServiceClient::new(super::connect(endpoint).await?)
+    let mut client = ImageServiceClient::new(crate::api::connect(endpoint).await?)
         .max_decoding_message_size(64 << 20);
     let images = client
         .list_images(ListImagesRequest { filter: None })
@@ -115,7 +115,7 @@ pub async fn list(endpoint: &str, quiet: bool) -> anyhow::Result<()> {
 }
 
 pub async fn remove(endpoint: &str, images: &[String]) -> anyhow::Result<()> {
-    let mut client = ImageServiceClient::new(super::connect(endpoint).await?);
+    let mut client = ImageServiceClient::new(crate::api::connect(endpoint).await?);
     for i in images {
         client
             .remove_image(RemoveImageRequest { image: spec(i) })
@@ -132,7 +132,7 @@ pub async fn import(
     tag: Option<&str>,
 ) -> anyhow::Result<()> {
     let path = std::fs::canonicalize(file).with_context(|| format!("{}", file.display()))?;
-    let mut admin = AdminClient::new(super::connect(endpoint).await?);
+    let mut admin = AdminClient::new(crate::api::connect(endpoint).await?);
     let resp = admin
         .import_image(ImportImageRequest {
             path: path.display().to_string(),

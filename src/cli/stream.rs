@@ -88,7 +88,7 @@ pub async fn exec(
     cmd: Vec<String>,
     o: Opts,
 ) -> anyhow::Result<i32> {
-    let mut rt = RuntimeServiceClient::new(super::connect(endpoint).await?);
+    let mut rt = RuntimeServiceClient::new(crate::api::connect(endpoint).await?);
     let url = rt
         .exec(ExecRequest {
             container_id: container.into(),
@@ -108,7 +108,7 @@ pub async fn exec(
 
 /// Attaches to `container` until it exits or stdin ends.
 pub async fn attach(endpoint: &str, container: &str, o: Opts) -> anyhow::Result<i32> {
-    let mut rt = RuntimeServiceClient::new(super::connect(endpoint).await?);
+    let mut rt = RuntimeServiceClient::new(crate::api::connect(endpoint).await?);
     let url = rt
         .attach(AttachRequest {
             container_id: container.into(),
@@ -135,7 +135,7 @@ pub async fn port_forward(
     transport: Transport,
     tls: Tls,
 ) -> anyhow::Result<()> {
-    let mut rt = RuntimeServiceClient::new(super::connect(endpoint).await?);
+    let mut rt = RuntimeServiceClient::new(crate::api::connect(endpoint).await?);
     let url = rt
         .port_forward(PortForwardRequest {
             pod_sandbox_id: pod.into(),

@@ -73,7 +73,7 @@ pub fn mount_all(
         if !wanted(m) {
             continue;
         }
-        let same = |maps: &[crate::api::cri::IdMapping], r: userns::IdRange| matches!(maps, [x] if x.container_id == r.container_id && x.host_id == r.host_id && x.length == r.length);
+        let same = |maps: &[crate::api::cri::IdMapping], r: crate::idmap::IdRange| matches!(maps, [x] if x.container_id == r.container_id && x.host_id == r.host_id && x.length == r.length);
         if !same(&m.uid_mappings, u.uids) || !same(&m.gid_mappings, u.gids) {
             return Err(SandboxError::Invalid(format!(
                 "mount {:?}: its id mappings must be the pod's (one uid and one gid mapping, \

@@ -31,3 +31,15 @@ pub mod user;
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct SpecError(pub String);
+
+impl From<crate::security::ProfileError> for SpecError {
+    fn from(e: crate::security::ProfileError) -> Self {
+        SpecError(e.0)
+    }
+}
+
+impl From<crate::security::ids::IdError> for SpecError {
+    fn from(e: crate::security::ids::IdError) -> Self {
+        SpecError(e.0)
+    }
+}

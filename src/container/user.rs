@@ -13,10 +13,9 @@
 //!   process's groups are set (an empty list would leave the server's).
 
 use super::SpecError;
+use crate::security::ids::MAX_ID;
+use crate::security::ids::{in_range, parse_id};
 use std::path::Path;
-
-/// The largest id a container may run as (containerd's bound).
-pub const MAX_ID: u32 = i32::MAX as u32;
 
 /// The most of an image's /etc/passwd or /etc/group that is read.
 pub const MAX_USER_DB: u64 = 4 << 20;
@@ -127,35 +126,6 @@ fn kind_name(k: rustix::fs::FileType) -> &'static str {
         T::Socket => "socket",
         T::Symlink => "symlink",
         _ => "special file",
-    }
-}
-
-/// An id: a string of digits, within 0..=[`MAX_ID`]. `Ok(None)` for a
-/// string that is not all digits (a name).
-pub(crate) fn parse_id(
-    s: &str,
-    kind: &str,
-    what: &dyn Fn() -> String,
-) -> Result<Option<u32>, SpecError> {
-    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
-        return Ok(None);
-    }
-    match s.parse::<u64>() {
-        Ok(n) if n <= u64::from(MAX_ID) => Ok(Some(n as u32)),
-        _ => Err(SpecError(format!(
-            "{}: {kind} {s} is out of range (0 to {MAX_ID})",
-            what()
-        ))),
-    }
-}
-
-/// `n` as an id within 0..=[`MAX_ID`], or an error naming `what`.
-pub(crate) fn in_range(n: i64, what: &str) -> Result<u32, SpecError> {
-    match u32::try_from(n) {
-        Ok(v) if v <= MAX_ID => Ok(v),
-        _ => Err(SpecError(format!(
-            "{what} {n} is out of range (0 to {MAX_ID})"
-        ))),
     }
 }
 

@@ -14,8 +14,8 @@
 //! and what lets a container that has joined the user namespace join them
 //! at all.
 
+use crate::idmap::IdRange;
 use crate::network::netns::{self, Kind};
-use crate::sandbox::userns::IdRange;
 use std::ffi::CString;
 use std::fs;
 use std::io;

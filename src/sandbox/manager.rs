@@ -39,6 +39,9 @@ pub struct SandboxPaths {
     pub exe: PathBuf,
     /// The runtime handlers pods may name (changed by a reload).
     pub handlers: Arc<super::handlers::Live>,
+    /// Whether no RPC is in flight and none has ended for a while (the
+    /// server's idleness): spare shims are made only then.
+    pub quiet_for: fn(Duration) -> bool,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
@@ -156,8 +159,7 @@ impl SandboxManager {
             inner.names.insert(rec.reserved_name(), rec.id.clone());
             inner.records.insert(rec.id.clone(), rec);
         }
-        let spare =
-            super::spare::Spare::new(&paths.state, &paths.exe, crate::server::idle::quiet_for);
+        let spare = super::spare::Spare::new(&paths.state, &paths.exe, paths.quiet_for);
         let m = SandboxManager {
             paths,
             images,

@@ -36,9 +36,9 @@ pub(super) struct PauseAsk<'a> {
 /// beyond 2^31-1 is refused (the kernel would read 4294967295 as
 /// "unchanged": root).
 fn image_user(user: &str) -> Result<(u32, u32), SandboxError> {
-    use crate::container::user::parse_id;
+    use crate::security::ids::{parse_id, IdError};
     let what = || format!("the sandbox image's User {user:?}");
-    let invalid = |crate::container::SpecError(m)| SandboxError::Invalid(m);
+    let invalid = |IdError(m)| SandboxError::Invalid(m);
     let mut parts = user.split(':');
     let uid = parse_id(parts.next().unwrap_or(""), "uid", &what)
         .map_err(invalid)?

@@ -13,14 +13,7 @@
 //! makes it); the record keeps it as [`PodUserns`].
 
 use crate::api::cri::{IdMapping, NamespaceMode, UserNamespace};
-
-/// One id range: `length` ids from `container_id` inside, `host_id` outside.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct IdRange {
-    pub container_id: u32,
-    pub host_id: u32,
-    pub length: u32,
-}
+use crate::idmap::IdRange;
 
 /// What a pod asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -126,11 +126,8 @@ pub fn config(c: &PodSandboxConfig) -> Result<super::userns::Userns, String> {
             ("run_as_group", sc.run_as_group),
         ] {
             if let Some(v) = id {
-                crate::container::user::in_range(
-                    v.value,
-                    &format!("linux.security_context.{field}"),
-                )
-                .map_err(|e| e.0)?;
+                crate::security::ids::in_range(v.value, &format!("linux.security_context.{field}"))
+                    .map_err(|e| e.0)?;
             }
         }
     }

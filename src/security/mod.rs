@@ -4,15 +4,10 @@
 //! [`ProfileError`] that callers answer as InvalidArgument.
 
 pub mod apparmor;
+pub mod ids;
 pub mod seccomp;
 
 /// Why a profile request was refused.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct ProfileError(pub String);
-
-impl From<ProfileError> for crate::container::SpecError {
-    fn from(e: ProfileError) -> Self {
-        crate::container::SpecError(e.0)
-    }
-}

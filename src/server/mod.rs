@@ -165,6 +165,7 @@ pub async fn serve(cfg: Config, reload: Option<reload::Reloader>) -> anyhow::Res
         sandbox_image: state.sandbox_image.clone(),
         exe: sealed_exe(&cfg)?,
         handlers: state.handlers.clone(),
+        quiet_for: idle::quiet_for,
     };
     let root = cfg.root.clone();
     let cdi_dirs = cfg.cdi.spec_dirs.clone();

@@ -234,7 +234,7 @@ pub fn cond_status<'a>(v: &'a Value, kind: &str) -> &'a str {
 
 /// Sandboxes the runtime holds for a pod UID (any state).
 pub async fn sandboxes(endpoint: &str, uid: &str) -> usize {
-    let ch = husk::cli::connect(endpoint).await.unwrap();
+    let ch = husk::api::connect(endpoint).await.unwrap();
     let mut rt = husk::api::cri::runtime_service_client::RuntimeServiceClient::new(ch);
     rt.list_pod_sandbox(husk::api::cri::ListPodSandboxRequest {
         filter: Some(husk::api::cri::PodSandboxFilter {

@@ -109,7 +109,7 @@ state = "{state}"
         };
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            if let Ok(ch) = husk::cli::connect(&c.endpoint()).await {
+            if let Ok(ch) = husk::api::connect(&c.endpoint()).await {
                 let mut rt = husk::api::cri::runtime_service_client::RuntimeServiceClient::new(ch);
                 let ok = rt
                     .status(husk::api::cri::StatusRequest { verbose: false })

@@ -121,7 +121,7 @@ impl Husk {
     pub async fn wait_ready(&self) {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            if let Ok(ch) = husk::cli::connect(&self.endpoint()).await {
+            if let Ok(ch) = husk::api::connect(&self.endpoint()).await {
                 let mut c = ImageServiceClient::new(ch);
                 if c.list_images(ListImagesRequest { filter: None })
                     .await
@@ -183,7 +183,7 @@ impl Husk {
     }
 
     pub async fn channel(&self) -> Channel {
-        husk::cli::connect(&self.endpoint()).await.unwrap()
+        husk::api::connect(&self.endpoint()).await.unwrap()
     }
 
     pub async fn images(&self) -> ImageServiceClient<Channel> {

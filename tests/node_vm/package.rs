@@ -37,7 +37,7 @@ fn active() -> String {
 
 async fn runtime() -> RuntimeServiceClient<tonic::transport::Channel> {
     let ch = crate::wait_for!(60, "husk.service to answer", {
-        match husk::cli::connect(&format!("unix://{SOCK}")).await {
+        match husk::api::connect(&format!("unix://{SOCK}")).await {
             Ok(ch) => {
                 // Ready once recovery is done (until then: Unavailable).
                 let mut c = RuntimeServiceClient::new(ch.clone());
@@ -118,7 +118,7 @@ async fn in_systemd_vm_the_package_under_systemd() {
     );
 
     // A pod through the socket.
-    ImageServiceClient::new(husk::cli::connect(&format!("unix://{SOCK}")).await.unwrap())
+    ImageServiceClient::new(husk::api::connect(&format!("unix://{SOCK}")).await.unwrap())
         .pull_image(PullImageRequest {
             image: Some(ImageSpec {
                 image: image.clone(),

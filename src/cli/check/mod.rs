@@ -492,7 +492,7 @@ async fn socket(path: &Path) -> Check {
     }
     let ep = format!("unix://{}", path.display());
     let answer = tokio::time::timeout(std::time::Duration::from_secs(5), async {
-        let ch = super::connect(&ep).await?;
+        let ch = crate::api::connect(&ep).await?;
         let v = crate::api::cri::runtime_service_client::RuntimeServiceClient::new(ch)
             .version(crate::api::cri::VersionRequest::default())
             .await?

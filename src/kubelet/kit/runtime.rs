@@ -59,7 +59,7 @@ pub struct Cri {
 
 impl Cri {
     pub async fn connect(endpoint: &str) -> anyhow::Result<Cri> {
-        let ch = crate::cli::connect(endpoint).await?;
+        let ch = crate::api::connect(endpoint).await?;
         let mut rt = RuntimeServiceClient::new(ch.clone()).max_decoding_message_size(64 << 20);
         let img = ImageServiceClient::new(ch).max_decoding_message_size(64 << 20);
         let v = cri(

@@ -104,7 +104,7 @@ pub(crate) fn to_cri(state: &State, rec: &ImageRecord) -> Image {
     // it.
     let digits = !user.is_empty() && user.bytes().all(|b| b.is_ascii_digit());
     let (uid, username) = match user.parse::<u32>() {
-        Ok(n) if digits && n <= crate::container::user::MAX_ID => {
+        Ok(n) if digits && n <= crate::security::ids::MAX_ID => {
             (Some(Int64Value { value: n.into() }), String::new())
         }
         _ => (None, user.to_string()),
