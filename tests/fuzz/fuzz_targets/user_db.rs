@@ -1,7 +1,8 @@
 //! An image's `User` and its /etc/passwd and /etc/group, as CreateContainer
 //! resolves them: never a panic, and never an id beyond 2^31-1.
 #![no_main]
-use husk::container::user::{resolve, Asked, MAX_ID};
+use husk::container::user::{resolve, Asked};
+use husk::security::ids::MAX_ID;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
