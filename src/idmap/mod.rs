@@ -4,18 +4,12 @@
 
 pub mod mount;
 pub mod ns;
+mod range;
 
 pub use mount::IdmapError;
+pub use range::IdRange;
 
 use std::path::Path;
-
-/// One id range: `length` ids from `container_id` inside, `host_id` outside.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct IdRange {
-    pub container_id: u32,
-    pub host_id: u32,
-    pub length: u32,
-}
 
 /// What this node can idmap: the root's filesystem (image layers, the
 /// pod's files) and tmpfs (the kubelet's secret, configMap and projected

@@ -12,6 +12,7 @@
 //! - [`probe`]: whether a filesystem can be idmapped here (tmpfs needs
 //!   Linux 6.3).
 
+use super::range::IdRange;
 use std::fs;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
@@ -175,7 +176,7 @@ pub fn overlay(
 /// returned holder lives, and opened.
 fn throwaway_userns() -> io::Result<(super::ns::Holder, OwnedFd)> {
     let holder = super::ns::hold(0, None, false)?;
-    let r = crate::idmap::IdRange {
+    let r = IdRange {
         container_id: 0,
         host_id: 65536,
         length: 65536,
@@ -236,7 +237,7 @@ mod tests {
         fs::create_dir(&src).expect("src");
         fs::write(src.join("f"), "x").expect("file");
         let holder = super::super::ns::hold(0, None, false).expect("userns");
-        let r = crate::idmap::IdRange {
+        let r = IdRange {
             container_id: 0,
             host_id: 300000,
             length: 65536,

@@ -14,7 +14,7 @@
 //! and what lets a container that has joined the user namespace join them
 //! at all.
 
-use crate::idmap::IdRange;
+use super::range::IdRange;
 use crate::network::netns::{self, Kind};
 use std::ffi::CString;
 use std::fs;

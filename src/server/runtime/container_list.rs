@@ -15,7 +15,7 @@ pub(super) fn keep(f: &ContainerFilter, r: &ContainerRecord) -> bool {
             .as_ref()
             .map(|s| s.state == state_of(r))
             .unwrap_or(true)
-        && super::selected(&f.label_selector, &r.labels)
+        && super::args::selected(&f.label_selector, &r.labels)
 }
 
 /// A container in the list's form.

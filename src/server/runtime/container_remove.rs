@@ -8,7 +8,7 @@ pub async fn handle(
     state: &State,
     req: RemoveContainerRequest,
 ) -> Result<RemoveContainerResponse, Status> {
-    super::required("container_id", &req.container_id)?;
+    super::args::required("container_id", &req.container_id)?;
     state.containers()?.remove(&req.container_id).await?;
     Ok(RemoveContainerResponse {})
 }

@@ -8,7 +8,7 @@ pub async fn handle(
     state: &State,
     req: ReopenContainerLogRequest,
 ) -> Result<ReopenContainerLogResponse, Status> {
-    super::required("container_id", &req.container_id)?;
+    super::args::required("container_id", &req.container_id)?;
     state.containers()?.reopen_log(&req.container_id).await?;
     Ok(ReopenContainerLogResponse {})
 }

@@ -8,7 +8,7 @@ pub async fn handle(
     state: &State,
     req: StartContainerRequest,
 ) -> Result<StartContainerResponse, Status> {
-    super::required("container_id", &req.container_id)?;
+    super::args::required("container_id", &req.container_id)?;
     state.containers()?.start(&req.container_id).await?;
     Ok(StartContainerResponse {})
 }

@@ -12,7 +12,7 @@ use tonic::Status;
 pub(super) fn keep(f: &ContainerStatsFilter, r: &ContainerRecord) -> bool {
     (f.id.is_empty() || r.id.starts_with(&f.id))
         && (f.pod_sandbox_id.is_empty() || r.sandbox_id.starts_with(&f.pod_sandbox_id))
-        && super::selected(&f.label_selector, &r.labels)
+        && super::args::selected(&f.label_selector, &r.labels)
 }
 
 pub async fn handle(

@@ -21,7 +21,7 @@ pub async fn handle(
     state: &State,
     req: ContainerStatusRequest,
 ) -> Result<ContainerStatusResponse, Status> {
-    super::required("container_id", &req.container_id)?;
+    super::args::required("container_id", &req.container_id)?;
     let containers = state.containers()?;
     let r = containers
         .resolve(&req.container_id)

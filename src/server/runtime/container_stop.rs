@@ -9,7 +9,7 @@ pub async fn handle(
     state: &State,
     req: StopContainerRequest,
 ) -> Result<StopContainerResponse, Status> {
-    super::required("container_id", &req.container_id)?;
+    super::args::required("container_id", &req.container_id)?;
     let timeout = Duration::from_secs(req.timeout.max(0) as u64);
     state.containers()?.stop(&req.container_id, timeout).await?;
     Ok(StopContainerResponse {})

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tonic::Status;
 
 pub async fn handle(state: &State, req: ExecSyncRequest) -> Result<ExecSyncResponse, Status> {
-    super::required("container_id", &req.container_id)?;
+    super::args::required("container_id", &req.container_id)?;
     let timeout = Duration::from_secs(req.timeout.max(0) as u64);
     let (stdout, stderr, exit_code) = state
         .containers()?

@@ -1,6 +1,7 @@
 //! The CRI RuntimeService. One file per implemented RPC; RPCs of parts not
 //! built yet answer Unimplemented with a message naming what is missing.
 
+mod args;
 mod attach;
 mod container_create;
 pub mod container_events;
@@ -41,23 +42,6 @@ use crate::api::cri::runtime_service_server::RuntimeService;
 use crate::api::cri::*;
 use std::sync::Arc;
 use tonic::{Request, Response, Status};
-
-/// An id the caller must give: InvalidArgument naming the field if empty
-/// (an empty id never names an object, and no prefix lookup may match it).
-pub(crate) fn required(field: &str, value: &str) -> Result<(), Status> {
-    if value.is_empty() {
-        return Err(Status::invalid_argument(format!("{field} is required")));
-    }
-    Ok(())
-}
-
-/// Whether `labels` has every pair of a list filter's label selector.
-pub(crate) fn selected(
-    selector: &std::collections::HashMap<String, String>,
-    labels: &std::collections::BTreeMap<String, String>,
-) -> bool {
-    selector.iter().all(|(k, v)| labels.get(k) == Some(v))
-}
 
 pub struct Runtime {
     state: Arc<State>,

@@ -14,7 +14,7 @@ pub(super) fn keep(f: &PodSandboxFilter, r: &SandboxRecord) -> bool {
             .as_ref()
             .map(|s| s.state == state_of(r))
             .unwrap_or(true)
-        && super::selected(&f.label_selector, &r.labels)
+        && super::args::selected(&f.label_selector, &r.labels)
 }
 
 /// A pod in the list's form.

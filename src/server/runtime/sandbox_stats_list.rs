@@ -10,7 +10,8 @@ use tonic::Status;
 
 /// Whether `r` passes the filter.
 pub(super) fn keep(f: &PodSandboxStatsFilter, r: &SandboxRecord) -> bool {
-    (f.id.is_empty() || r.id.starts_with(&f.id)) && super::selected(&f.label_selector, &r.labels)
+    (f.id.is_empty() || r.id.starts_with(&f.id))
+        && super::args::selected(&f.label_selector, &r.labels)
 }
 
 pub async fn handle(

@@ -26,7 +26,7 @@ pub async fn handle(
     state: &State,
     req: PodSandboxStatusRequest,
 ) -> Result<PodSandboxStatusResponse, Status> {
-    super::required("pod_sandbox_id", &req.pod_sandbox_id)?;
+    super::args::required("pod_sandbox_id", &req.pod_sandbox_id)?;
     let sandboxes = state.sandboxes()?;
     let id = sandboxes.resolve(&req.pod_sandbox_id).ok_or_else(|| {
         Status::not_found(format!("pod sandbox {:?} not found", req.pod_sandbox_id))
