@@ -3,7 +3,7 @@
 //! and symlinks never leave it. Used to unpack layers and to make mount
 //! points inside container root filesystems.
 
-use super::ImageError;
+use super::error::ImageError;
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags};
 use rustix::io::Errno;
 use std::ffi::{OsStr, OsString};

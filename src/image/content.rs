@@ -6,7 +6,7 @@
 //! descriptor, so a blob is visible only once verified. Ingest files left by
 //! a crash are removed when the store opens.
 
-use super::ImageError;
+use super::error::ImageError;
 use sha2::{Digest as _, Sha256, Sha512};
 use std::fs;
 use std::io::{self, Write};

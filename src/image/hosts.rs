@@ -8,7 +8,7 @@
 //! plain HTTP. Without a file, the upstream is `https://<host>`
 //! (`registry-1.docker.io` for docker.io), or plain HTTP for loopback hosts.
 
-use super::ImageError;
+use super::error::ImageError;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -6,11 +6,11 @@
 //! store with their digests verified, then layers are unpacked and recorded
 //! exactly as a pull does.
 
+use super::error::ImageError;
 use super::manager::{ImageManager, Progress};
 use super::manifest::{self, Descriptor, Document, ImageConfig, Manifest};
 use super::pull::Prepared;
 use super::records::ImageRecord;
-use super::ImageError;
 use crate::reference::{validate_digest, Reference};
 use serde::Deserialize;
 

@@ -9,10 +9,10 @@
 //! about to use.
 
 use super::content::ContentStore;
+use super::error::ImageError;
 use super::records::{ImageRecord, Records};
 use super::registry::RegistryClient;
 use super::snapshot::Snapshots;
-use super::ImageError;
 use crate::reference::Reference;
 use crate::sys::now_ns;
 use std::collections::{HashMap, HashSet};

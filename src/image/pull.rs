@@ -7,12 +7,12 @@
 //! through per-blob and per-chain locks.
 
 use super::auth::Credentials;
+use super::error::ImageError;
 use super::follow::{Feed, FeedState, FollowReader};
 use super::manager::{ImageManager, Progress};
 use super::manifest::{self, Descriptor, Document, ImageConfig, Manifest};
 use super::records::{ImageRecord, RECORD_VERSION};
 use super::snapshot::chain_ids;
-use super::ImageError;
 use crate::reference::Reference;
 use crate::sys::now_ns;
 use std::io::Write;

@@ -7,7 +7,7 @@
 //! (`repo:tag` or `repo@digest`) belongs to at most one image; tagging a new
 //! image moves the tag.
 
-use super::ImageError;
+use super::error::ImageError;
 use crate::store::atomic;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;

@@ -8,8 +8,8 @@
 //! until they expire.
 
 use super::auth::{parse_challenge, Credentials, TokenResponse};
+use super::error::ImageError;
 use super::hosts::{self, Endpoint};
-use super::ImageError;
 use crate::reference::Reference;
 use reqwest::header::{HeaderMap, HeaderValue, ACCEPT, AUTHORIZATION, WWW_AUTHENTICATE};
 use reqwest::{Method, Response, StatusCode};

@@ -11,8 +11,8 @@
 //! - `<id>/merged`, `<id>/work`: exist only while a layer is being applied
 //!   onto a temporary overlay of its parents.
 
+use super::error::ImageError;
 use super::unpack::{self, Applied};
-use super::ImageError;
 use crate::store::atomic;
 use std::collections::HashMap;
 use std::fs;

@@ -18,7 +18,7 @@
 
 use super::confined::{clean, ensure_dir, open_confined, remove_all_at};
 use super::content::Hasher;
-use super::ImageError;
+use super::error::ImageError;
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, Timespec, Timestamps};
 use rustix::io::Errno;
 use std::ffi::{OsStr, OsString};
