@@ -3,7 +3,7 @@
 //! between a read of `cgroup.procs` and the signals), then the directory
 //! removed in every hierarchy.
 
-use super::Layout;
+use super::layout::Layout;
 use std::path::PathBuf;
 
 /// SIGKILLs every process left in the cgroup at `cgroups_path` (execs,
@@ -65,7 +65,7 @@ pub fn kill_all(layout: &Layout, cgroups_path: &str) -> usize {
 /// what is left in it (a half-made container whose runtime state was never
 /// written). Missing directories are fine; returns how many were removed.
 pub fn remove(layout: &Layout, cgroups_path: &str) -> usize {
-    let path = super::driver::fs_path(cgroups_path);
+    let path = super::paths::fs_path(cgroups_path);
     let rel = path.trim_start_matches('/');
     if rel.is_empty() {
         return 0;

@@ -1,7 +1,9 @@
 //! cgroups, for the pause and for containers alike: where the hierarchy is
-//! (this file), what a cgroup reports (`usage.rs`), how its processes are
-//! killed and it is removed (`kill.rs`), and live resource changes
-//! (`resources.rs`). Neither the sandbox nor the container room owns them.
+//! (`layout.rs`) and where a cgroups path is in it (`paths.rs`), what a
+//! cgroup reports (`usage.rs`), how its processes are killed and it is
+//! removed (`kill.rs`), live resource changes (`resources.rs`), and, in
+//! this file, OOM counts and the controllers delegated to pods. Neither
+//! the sandbox nor the container room owns them.
 //!
 //! The layout is found once, from `/proc/self/mountinfo`: when a cgroup2
 //! file system is mounted at `/sys/fs/cgroup` the host is unified (v2) and
@@ -21,6 +23,8 @@
 
 pub mod driver;
 mod kill;
+mod layout;
+pub mod paths;
 pub mod resources;
 pub mod systemd;
 pub mod usage;
@@ -28,125 +32,13 @@ mod validate;
 
 pub use driver::Driver;
 pub use kill::{kill_all, remove};
+pub(crate) use layout::oom_kills_in;
+use layout::read;
+pub use layout::Layout;
 pub use usage::{usage, v2_pressure, Cpu, Memory, Pressure, Psi, Usage};
 pub use validate::validate;
 
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
-
-/// Where cgroup controllers are mounted.
-#[derive(Debug, Clone)]
-pub enum Layout {
-    /// cgroup v1: mount point by controller name.
-    V1(HashMap<String, PathBuf>),
-    /// cgroup v2: the unified hierarchy's root.
-    V2(PathBuf),
-}
-
-impl Layout {
-    /// Parses mountinfo text.
-    pub fn from_mountinfo(text: &str) -> Layout {
-        let mut v1 = HashMap::new();
-        let mut unified_root = None;
-        for line in text.lines() {
-            let Some((left, right)) = line.split_once(" - ") else {
-                continue;
-            };
-            let mount_point = left.split(' ').nth(4).unwrap_or_default();
-            let mut r = right.split(' ');
-            let fstype = r.next().unwrap_or_default();
-            let _source = r.next();
-            let opts = r.next().unwrap_or_default();
-            match fstype {
-                "cgroup2" if mount_point == "/sys/fs/cgroup" => {
-                    unified_root = Some(PathBuf::from(mount_point));
-                }
-                "cgroup" => {
-                    for o in opts.split(',') {
-                        if matches!(
-                            o,
-                            "cpu"
-                                | "cpuacct"
-                                | "cpuset"
-                                | "memory"
-                                | "pids"
-                                | "hugetlb"
-                                | "blkio"
-                                | "devices"
-                                | "freezer"
-                        ) {
-                            v1.entry(o.to_string())
-                                .or_insert_with(|| PathBuf::from(mount_point));
-                        }
-                    }
-                }
-                _ => {}
-            }
-        }
-        match unified_root {
-            Some(root) => Layout::V2(root),
-            None => Layout::V1(v1),
-        }
-    }
-
-    /// The host's layout (read once).
-    pub fn host() -> &'static Layout {
-        static LAYOUT: OnceLock<Layout> = OnceLock::new();
-        LAYOUT.get_or_init(|| {
-            Layout::from_mountinfo(
-                &std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default(),
-            )
-        })
-    }
-
-    pub fn is_v2(&self) -> bool {
-        matches!(self, Layout::V2(_))
-    }
-
-    /// Whether `controller` is available: mounted (v1) or listed in the
-    /// root's `cgroup.controllers` (v2).
-    pub fn has(&self, controller: &str) -> bool {
-        match self {
-            Layout::V1(m) => m.contains_key(controller),
-            Layout::V2(root) => read(root, "cgroup.controllers")
-                .is_some_and(|t| t.split_whitespace().any(|c| c == controller)),
-        }
-    }
-
-    /// The directory of `cgroups_path` for `controller` (v1), or in the
-    /// unified hierarchy (v2, where `controller` is ignored).
-    pub fn dir(&self, controller: &str, cgroups_path: &str) -> Option<PathBuf> {
-        let path = driver::fs_path(cgroups_path);
-        let rel = path.trim_start_matches('/');
-        match self {
-            Layout::V1(m) => m.get(controller).map(|root| root.join(rel)),
-            Layout::V2(root) => Some(root.join(rel)),
-        }
-    }
-}
-
-/// A limit "above which" counts as unlimited: the kernel rounds
-/// LONG_MAX down to a page multiple.
-pub(crate) const UNLIMITED: u64 = 1 << 62;
-
-pub(crate) fn read(dir: &Path, file: &str) -> Option<String> {
-    std::fs::read_to_string(dir.join(file)).ok()
-}
-
-pub(crate) fn read_u64(dir: &Path, file: &str) -> Option<u64> {
-    read(dir, file)?.trim().parse().ok()
-}
-
-/// `key value` lines (memory.stat, cpu.stat, …).
-pub(crate) fn flat_keyed(text: &str) -> HashMap<&str, u64> {
-    text.lines()
-        .filter_map(|l| {
-            let (k, v) = l.split_once(' ')?;
-            Some((k, v.trim().parse().ok()?))
-        })
-        .collect()
-}
+use std::path::Path;
 
 /// OOM kills counted in the cgroup at `cgroups_path` (its subtree's, as
 /// the kernel counts them): `oom_kill` of `memory.events` on v2, of
@@ -157,16 +49,6 @@ pub fn oom_kills(layout: &Layout, cgroups_path: &str) -> Option<u64> {
         Layout::V2(_) => layout.dir("", cgroups_path)?,
     };
     oom_kills_in(&dir, layout.is_v2())
-}
-
-/// `oom_kill` of the memory cgroup directory `dir` (v2's or v1's file).
-pub(crate) fn oom_kills_in(dir: &Path, v2: bool) -> Option<u64> {
-    let file = if v2 {
-        "memory.events"
-    } else {
-        "memory.oom_control"
-    };
-    read(dir, file).and_then(|t| flat_keyed(&t).get("oom_kill").copied())
 }
 
 /// On v2, the controllers that cgroups under `parent` can use: those in
@@ -278,7 +160,7 @@ pub fn prune_unsupported(
     cgroups_path: &str,
     res: &mut crate::api::cri::LinuxContainerResources,
 ) -> Vec<&'static str> {
-    let parent = driver::parent_fs_path(cgroups_path);
+    let parent = paths::parent_fs_path(cgroups_path);
     let delegated = if systemd::unit_of(cgroups_path).is_some() {
         systemd_reachable(layout, &parent)
     } else {
@@ -326,6 +208,7 @@ pub fn prune_unsupported(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::PathBuf;
 
     const HYBRID: &str = "31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
 32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw,relatime - cgroup cgroup rw,cpu,cpuacct

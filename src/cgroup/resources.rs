@@ -16,7 +16,7 @@
 //! `oom_score_adj` is recorded but not applied to running processes (as with
 //! runc's update).
 
-use super::Layout;
+use super::layout::Layout;
 use crate::api::cri::LinuxContainerResources;
 use std::io;
 use std::path::{Path, PathBuf};

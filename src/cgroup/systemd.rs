@@ -86,7 +86,7 @@ pub fn write_leftovers(
     if left.hugepage_limits.is_empty() && left.unified.is_empty() {
         return Ok(());
     }
-    super::resources::apply(super::Layout::host(), cgroups_path, &left)
+    super::resources::apply(super::layout::Layout::host(), cgroups_path, &left)
 }
 
 /// `r` without its [`leftovers`]: what becomes unit properties.
@@ -157,6 +157,12 @@ pub fn unit_of(cgroups_path: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_systemd_cgroups_path_names_its_scope() {
+        assert_eq!(unit_of("a.slice:husk:c").as_deref(), Some("husk-c.scope"));
+        assert_eq!(unit_of("/p/c"), None);
+    }
 
     #[test]
     fn only_what_systemd_cannot_say_is_written_to_files() {

@@ -3,7 +3,7 @@
 //! (working set = usage − inactive file pages; CPU from `cpuacct` or
 //! `cpu.stat`; RSS is anonymous memory on v2).
 
-use super::{flat_keyed, read, read_u64, Layout, UNLIMITED};
+use super::layout::{flat_keyed, read, read_u64, Layout, UNLIMITED};
 use std::path::Path;
 
 /// CPU figures, in ns.
@@ -179,7 +179,7 @@ fn v1_memory(dir: &Path) -> Option<Memory> {
         max_usage: read_u64(dir, "memory.max_usage_in_bytes"),
         failcnt: read_u64(dir, "memory.failcnt"),
         swap: s.get("total_swap").copied(),
-        oom_kills: super::oom_kills_in(dir, false),
+        oom_kills: super::layout::oom_kills_in(dir, false),
     })
 }
 
@@ -218,7 +218,7 @@ fn v2_memory(dir: &Path) -> Option<Memory> {
         max_usage: read_u64(dir, "memory.peak"),
         failcnt: None,
         swap: read_u64(dir, "memory.swap.current"),
-        oom_kills: super::oom_kills_in(dir, true),
+        oom_kills: super::layout::oom_kills_in(dir, true),
     })
 }
 

@@ -3,8 +3,8 @@
 //! values, and `unified` keys that name a writable cgroup v2 file of a
 //! controller the host has, with a one-line value.
 
+use super::layout::Layout;
 use super::resources::{invalid, ResourceError};
-use super::Layout;
 use crate::api::cri::LinuxContainerResources;
 
 /// A cpuset list: `0-3,5`, ascending ranges of decimal numbers.

@@ -80,7 +80,7 @@ pub fn cgroup_mounts(layout: &Layout, cgroups_path: &str, privileged: bool) -> V
     let mut m = vec![
         json!({"destination": "/sys/fs/cgroup", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "noexec", "nodev", "mode=755", "size=64k"]}),
     ];
-    let path = crate::cgroup::driver::fs_path(cgroups_path);
+    let path = crate::cgroup::paths::fs_path(cgroups_path);
     let rel = path.trim_start_matches('/');
     for (point, mut ctrls) in hierarchies {
         let Some(name) = point.file_name().and_then(|n| n.to_str()) else {

@@ -201,7 +201,7 @@ fn no_swap_on_v2(resources: &mut Value, res: &LinuxContainerResources, cgroups_p
     if crate::cgroup::systemd::unit_of(cgroups_path).is_some() {
         return;
     }
-    let parent = crate::cgroup::driver::parent_fs_path(cgroups_path);
+    let parent = crate::cgroup::paths::parent_fs_path(cgroups_path);
     let accounted = layout
         .dir("memory", &parent)
         .is_some_and(|d| d.join("memory.swap.max").exists());

@@ -156,7 +156,7 @@ async fn pod_cgroups_bound(env: Env, systemd: bool) {
     // directory of its slice.
     let at = |p: &str| {
         if systemd {
-            husk::cgroup::driver::expand_slice(&husk::cgroup::driver::slice_name(p))
+            husk::cgroup::paths::expand_slice(&husk::cgroup::paths::slice_name(p))
         } else {
             p.to_string()
         }
@@ -215,7 +215,7 @@ async fn pod_cgroups_bound(env: Env, systemd: bool) {
     }
     if systemd {
         // systemd's own view of the slices, and a reload that keeps them.
-        let unit = |p: &str| husk::cgroup::driver::slice_name(&format!("{root}{p}"));
+        let unit = |p: &str| husk::cgroup::paths::slice_name(&format!("{root}{p}"));
         let gunit = unit(&format!("/pod{}", uid(&g)));
         let show = |u: &str, p: &str| systemctl(&["show", "-p", p, "--value", u]);
         assert_eq!(show(&gunit, "MemoryMax"), "67108864");
@@ -304,7 +304,7 @@ async fn pod_cgroups_bound(env: Env, systemd: bool) {
         .await;
     }
     if systemd {
-        let prefix = husk::cgroup::driver::slice_name(&root);
+        let prefix = husk::cgroup::paths::slice_name(&root);
         let prefix = prefix.trim_end_matches(".slice");
         let left = systemctl(&[
             "list-units",

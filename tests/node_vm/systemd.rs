@@ -65,7 +65,7 @@ pub(super) fn drop_slice(name: &str) {
 
 fn scope_dir(slice: &str, id: &str) -> PathBuf {
     Path::new("/sys/fs/cgroup")
-        .join(husk::cgroup::driver::expand_slice(slice).trim_start_matches('/'))
+        .join(husk::cgroup::paths::expand_slice(slice).trim_start_matches('/'))
         .join(format!("husk-{id}.scope"))
 }
 
@@ -220,7 +220,7 @@ async fn in_systemd_vm_scopes_limits_reload_oom_and_cleanup() {
     });
     for s in [&slice, &bounded] {
         let d = Path::new("/sys/fs/cgroup")
-            .join(husk::cgroup::driver::expand_slice(s).trim_start_matches('/'));
+            .join(husk::cgroup::paths::expand_slice(s).trim_start_matches('/'));
         assert!(child_cgroups(&d).is_empty(), "{s}: {:?}", child_cgroups(&d));
         drop_slice(s);
     }

@@ -121,7 +121,7 @@ pub fn dns(s: &Settings, pod: &Pod) -> DnsConfig {
 pub fn cgroup_parent(s: &Settings, pod: &Pod) -> String {
     let path = cgroup_path(s, pod);
     if s.systemd_cgroups && !path.is_empty() {
-        crate::cgroup::driver::slice_name(&path)
+        crate::cgroup::paths::slice_name(&path)
     } else {
         path
     }

@@ -10,7 +10,7 @@
 
 use super::config::{weight, ResourceConfig, PERIOD};
 use super::CgroupError;
-use crate::cgroup::driver::{expand_slice, parent_slice, slice_name};
+use crate::cgroup::paths::{expand_slice, parent_slice, slice_name};
 use crate::dbus::{Connection, DbusError, Value};
 use std::path::PathBuf;
 use std::sync::Mutex;
