@@ -12,8 +12,7 @@
 //! - `hooks`: appended to the named OCI hook list.
 //! - `additionalGIDs`: added to the process's supplementary groups.
 
-use super::spec::{DeviceNode, Edits};
-use super::Found;
+use super::spec::{DeviceNode, Edits, Found};
 use serde_json::{json, Value};
 use std::collections::HashSet;
 

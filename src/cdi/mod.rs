@@ -25,6 +25,7 @@ mod apply;
 pub mod spec;
 
 pub use apply::apply;
+pub use spec::Found;
 
 use crate::api::cri::ContainerConfig;
 use std::collections::BTreeMap;
@@ -60,15 +61,6 @@ pub fn requested(c: &ContainerConfig) -> Vec<String> {
         }
     }
     out
-}
-
-/// A device found: its spec's file, kind and spec-wide edits, and its own.
-#[derive(Debug, Clone)]
-pub struct Found {
-    pub file: PathBuf,
-    pub name: String,
-    pub spec_edits: spec::Edits,
-    pub edits: spec::Edits,
 }
 
 /// Splits `vendor/class=name`, each part checked.

@@ -7,6 +7,7 @@
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::path::PathBuf;
 
 /// The CDI spec versions read (those the peers' CDI library accepts).
 pub const VERSIONS: [&str; 8] = [
@@ -237,6 +238,15 @@ fn check(s: &Spec) -> Result<(), String> {
         check_edits(&d.container_edits, &format!("device {:?}", d.name))?;
     }
     Ok(())
+}
+
+/// A device found: its spec's file, kind and spec-wide edits, and its own.
+#[derive(Debug, Clone)]
+pub struct Found {
+    pub file: PathBuf,
+    pub name: String,
+    pub spec_edits: Edits,
+    pub edits: Edits,
 }
 
 #[cfg(test)]

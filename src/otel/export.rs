@@ -3,7 +3,7 @@
 //!
 //! A span that finds the queue full is dropped and counted
 //! (`husk_trace_spans_dropped_total`), so an RPC ending its span never
-//! waits on the collector. Each export has [`super::EXPORT_TIMEOUT`]; the
+//! waits on the collector. Each export has [`EXPORT_TIMEOUT`]; the
 //! spans of one that fails or times out are counted
 //! (`husk_trace_spans_failed_total`) and a warning says why, at most once
 //! a minute. Shutting the queue down (a reload that changed the settings,
@@ -15,6 +15,9 @@ use opentelemetry_sdk::trace::{Span, SpanData, SpanExporter as _, SpanProcessor}
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
+
+/// How long one export may take before its spans count as failed.
+pub const EXPORT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Spans sent in one export at most.
 const MAX_BATCH: usize = 512;
@@ -118,13 +121,13 @@ async fn export(
     warned: &mut Option<Instant>,
 ) {
     let n = batch.len() as u64;
-    let why = match tokio::time::timeout(super::EXPORT_TIMEOUT, exporter.export(batch)).await {
+    let why = match tokio::time::timeout(EXPORT_TIMEOUT, exporter.export(batch)).await {
         Ok(Ok(())) => {
             crate::metrics::get().trace_spans_exported.inc_by(n);
             return;
         }
         Ok(Err(e)) => e.to_string(),
-        Err(_) => format!("no answer in {:?}", super::EXPORT_TIMEOUT),
+        Err(_) => format!("no answer in {:?}", EXPORT_TIMEOUT),
     };
     crate::metrics::get().trace_spans_failed.inc_by(n);
     if warned.is_none_or(|t| t.elapsed() >= WARN_EVERY) {

@@ -30,9 +30,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::RwLock;
 use std::time::SystemTime;
 
-/// How long one export may take before its spans count as failed.
-pub const EXPORT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
-
 struct Installed {
     settings: TracingConfig,
     provider: SdkTracerProvider,
@@ -103,12 +100,12 @@ fn install(cfg: &TracingConfig, uri: &http::Uri) -> Result<Installed, String> {
         .build();
     let mut exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_tonic()
-        .with_timeout(EXPORT_TIMEOUT)
+        .with_timeout(export::EXPORT_TIMEOUT)
         .with_channel(
             tonic::transport::Channel::from_shared(format!("{uri}"))
                 .map_err(|e| format!("tracing.endpoint: {e}"))?
-                .connect_timeout(EXPORT_TIMEOUT)
-                .timeout(EXPORT_TIMEOUT)
+                .connect_timeout(export::EXPORT_TIMEOUT)
+                .timeout(export::EXPORT_TIMEOUT)
                 .connect_lazy(),
         )
         .build()
@@ -132,13 +129,13 @@ fn install(cfg: &TracingConfig, uri: &http::Uri) -> Result<Installed, String> {
 }
 
 /// Stops tracing at the end of the process: the spans still queued are
-/// exported (for [`EXPORT_TIMEOUT`] at most).
+/// exported (for [`export::EXPORT_TIMEOUT`] at most).
 pub async fn stop() {
     let old = CURRENT.write().unwrap_or_else(|p| p.into_inner()).take();
     ON.store(false, Ordering::Relaxed);
     if let Some(i) = old {
         let _ = i.provider.shutdown();
-        let _ = tokio::time::timeout(EXPORT_TIMEOUT, i.task).await;
+        let _ = tokio::time::timeout(export::EXPORT_TIMEOUT, i.task).await;
     }
 }
 
