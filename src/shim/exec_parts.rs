@@ -38,13 +38,15 @@ pub(super) fn exec_process(
     Ok((spec, process))
 }
 
+/// A close-on-exec pipe.
 pub(super) fn pipe() -> Result<(OwnedFd, OwnedFd), String> {
     rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| format!("pipe: {e}"))
 }
 
+/// A pipe for collected output: its read end non-blocking, so the shim's
+/// single-threaded loop never waits on it.
 pub(super) fn output_pipe() -> Result<(OwnedFd, OwnedFd), String> {
-    let (r, w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
-        .map_err(|e| format!("pipe: {e}"))?;
+    let (r, w) = pipe()?;
     rustix::io::ioctl_fionbio(&r, true).map_err(|e| format!("pipe: {e}"))?;
     Ok((r, w))
 }
