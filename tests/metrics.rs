@@ -53,11 +53,11 @@ async fn metrics_follow_a_pods_life() {
     let during = scrape(port);
     let grew = |sample: &str| value(&during, sample) - value(&before, sample);
     assert_eq!(
-        grew(r#"husk_grpc_requests_total{method="RunPodSandbox",code="Ok"}"#),
+        grew(r#"husk_grpc_requests_total{method="RunPodSandbox",code="OK"}"#),
         1.0
     );
     assert_eq!(
-        grew(r#"husk_grpc_requests_total{method="CreateContainer",code="Ok"}"#),
+        grew(r#"husk_grpc_requests_total{method="CreateContainer",code="OK"}"#),
         2.0
     );
     assert!(grew(r#"husk_grpc_requests_total{method="ExecSync",code="NotFound"}"#) >= 1.0);

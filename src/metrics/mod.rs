@@ -164,13 +164,40 @@ pub fn get() -> &'static Metrics {
     METRICS.get_or_init(Metrics::new)
 }
 
+/// A gRPC code's canonical name, as grpc-go spells it (`codes.Code`'s
+/// String) and so go-grpc-prometheus and the dashboards built on
+/// containerd's metrics expect: `OK`, `Canceled`, not tonic's `Ok`,
+/// `Cancelled`.
+pub fn code_name(code: tonic::Code) -> &'static str {
+    use tonic::Code::*;
+    match code {
+        Ok => "OK",
+        Cancelled => "Canceled",
+        Unknown => "Unknown",
+        InvalidArgument => "InvalidArgument",
+        DeadlineExceeded => "DeadlineExceeded",
+        NotFound => "NotFound",
+        AlreadyExists => "AlreadyExists",
+        PermissionDenied => "PermissionDenied",
+        ResourceExhausted => "ResourceExhausted",
+        FailedPrecondition => "FailedPrecondition",
+        Aborted => "Aborted",
+        OutOfRange => "OutOfRange",
+        Unimplemented => "Unimplemented",
+        Internal => "Internal",
+        Unavailable => "Unavailable",
+        DataLoss => "DataLoss",
+        Unauthenticated => "Unauthenticated",
+    }
+}
+
 /// Counts one CRI request.
 pub fn rpc(method: &str, code: tonic::Code, took: Duration) {
     let m = get();
     m.rpcs
         .get_or_create(&Rpc {
             method: method.to_string(),
-            code: format!("{code:?}"),
+            code: code_name(code).to_string(),
         })
         .inc();
     m.rpc_seconds
@@ -198,5 +225,23 @@ pub fn cni(op: &str, ok: bool, took: Duration) {
     m.cni_seconds.get_or_create(&op).observe(took.as_secs_f64());
     if !ok {
         m.cni_failures.get_or_create(&op).inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn codes_carry_grpc_canonical_names() {
+        use tonic::Code;
+        let named = |c| super::code_name(c);
+        assert_eq!(named(Code::Ok), "OK");
+        assert_eq!(named(Code::Cancelled), "Canceled");
+        assert_eq!(named(Code::NotFound), "NotFound");
+        assert_eq!(named(Code::InvalidArgument), "InvalidArgument");
+        assert_eq!(named(Code::DeadlineExceeded), "DeadlineExceeded");
+        // Every code from 0 to 16 has its own name.
+        let names: std::collections::HashSet<&str> =
+            (0..=16).map(|i| named(Code::from_i32(i))).collect();
+        assert_eq!(names.len(), 17);
     }
 }
