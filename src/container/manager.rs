@@ -38,6 +38,7 @@ pub struct ContainerManager {
     pub(super) events: Emitter,
     pub(super) exits: super::exit_watch::ExitWatch,
     pub(super) cpu_samples: super::cpu_samples::CpuSamples,
+    pub(super) layer_usage: super::layer_usage::LayerUsage,
     /// Where CDI specs are read, lowest priority first (`cdi/`).
     /// CDI spec dirs (changed by a reload).
     pub(super) cdi_dirs: std::sync::RwLock<Vec<PathBuf>>,
@@ -102,6 +103,7 @@ impl ContainerManager {
             events,
             exits: super::exit_watch::ExitWatch::new(),
             cpu_samples: Default::default(),
+            layer_usage: Default::default(),
             cdi_dirs: std::sync::RwLock::new(crate::config::CdiConfig::default().spec_dirs),
         };
         for dir in unfinished {
@@ -239,9 +241,37 @@ impl ContainerManager {
         self.lock().0.keys().cloned().collect()
     }
 
+    ///
+    /// With the exit watch on (`exits.rs`), a running container's record
+    /// learns of its exit as the shim records it, so the list asks no shim
+    /// about it: it only checks, once per pod, that the pod's shim is alive,
+    /// and refreshes the containers of a pod whose shim is gone (and those
+    /// in state Unknown). Without the watch every running container is
+    /// refreshed. The kubelet lists every second: its cost must not grow
+    /// by a shim round trip per container.
     pub fn list(&self) -> Vec<ContainerRecord> {
-        let ids: Vec<String> = self.lock().0.keys().cloned().collect();
-        let mut v: Vec<ContainerRecord> = ids.iter().filter_map(|i| self.refresh(i)).collect();
+        let recs: Vec<ContainerRecord> = self.lock().0.values().cloned().collect();
+        let watched = self.exits.fd.is_some();
+        let mut shim_alive: HashMap<String, bool> = HashMap::new();
+        let mut v: Vec<ContainerRecord> = recs
+            .into_iter()
+            .filter_map(|r| {
+                let current = match r.state {
+                    ContainerState::Running if watched => {
+                        *shim_alive.entry(r.sandbox_id.clone()).or_insert_with(|| {
+                            client::pid(&self.sandboxes.shim_dir(&r.sandbox_id)).is_some()
+                        })
+                    }
+                    ContainerState::Running | ContainerState::Unknown => false,
+                    _ => true,
+                };
+                if current {
+                    Some(r)
+                } else {
+                    self.refresh(&r.id)
+                }
+            })
+            .collect();
         v.sort_by_key(|r| r.created_at);
         v
     }
