@@ -14,6 +14,7 @@ mod host_devices;
 mod idmapped;
 pub mod image_volumes;
 pub mod kernel_mounts;
+mod layer_usage;
 pub mod manager;
 pub mod mounts;
 mod ops;

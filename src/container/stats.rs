@@ -1,7 +1,8 @@
 //! Resource usage of containers and pods, as the stats RPCs report it.
 //!
 //! - A container: its cgroup (`cgroups.rs`: CPU, memory, pids) and its
-//!   writable layer (bytes and inodes under its overlay `upper/`).
+//!   writable layer (bytes and inodes under its overlay `upper/`, walked
+//!   at most once a period: `layer_usage.rs`).
 //! - A pod: the sum of its own cgroups (the pause's and each container's;
 //!   pods may share a cgroup parent, so the parent is not read), the
 //!   traffic counters of its network namespace, and its containers.
@@ -71,13 +72,17 @@ impl ContainerManager {
             .filter(|_| sample)
             .and_then(|u| Some((u.cpu?.usage_ns, u.timestamp)))
             .and_then(|(ns, at)| self.cpu_samples.rate(&r.id, ns, at));
-        let (bytes, inodes) = crate::sys::disk_usage(&self.dir(&r.id).join("upper"));
+        let walked = self.layer_usage.get(
+            &r.id,
+            &self.dir(&r.id).join("upper"),
+            super::layer_usage::PERIOD,
+        );
         ContainerUsage {
             writable: LayerUsage {
-                timestamp: crate::sys::now_ns(),
+                timestamp: walked.at_ns,
                 mountpoint: self.images.fs_mountpoint(),
-                bytes,
-                inodes,
+                bytes: walked.bytes,
+                inodes: walked.inodes,
             },
             record: r,
             cgroup,
@@ -120,6 +125,7 @@ impl ContainerManager {
             .chain(self.sandboxes.list_ids().into_iter().map(|s| pod_key(&s)))
             .collect();
         self.cpu_samples.retain(|k| live.contains(k));
+        self.layer_usage.retain(|k| live.contains(k));
     }
 
     /// PodSandboxStats: the pod's cgroups summed, its network, its
