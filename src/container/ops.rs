@@ -350,7 +350,7 @@ impl ContainerManager {
 /// Unmounts what is mounted under a stopped container's dir (its rootfs,
 /// volumes) and removes its overlay's directories.
 fn remove_layers(dir: &Path) -> Result<(), SandboxError> {
-    for m in crate::sys::mounts_under(dir) {
+    for m in crate::sys::mounts_within(dir, 3) {
         // One that went meanwhile (a mount beneath one unmounted before
         // it, or one the runtime's delete took down) is not an error.
         match rustix::mount::unmount(&m, rustix::mount::UnmountFlags::DETACH) {

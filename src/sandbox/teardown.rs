@@ -217,7 +217,7 @@ impl SandboxManager {
             steps.end("shim exit");
         }
         let dir = self.sandbox_dir(id);
-        for m in crate::sys::mounts_under(&dir) {
+        for m in crate::sys::mounts_within(&dir, 3) {
             rustix::mount::unmount(&m, rustix::mount::UnmountFlags::DETACH)
                 .map_err(|e| SandboxError::io(format!("unmount {}", m.display()))(e.into()))?;
         }
