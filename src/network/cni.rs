@@ -38,6 +38,19 @@ pub enum CniError {
         msg: String,
         details: String,
     },
+    /// The kernel refused one more port on a Linux bridge (EXFULL): its
+    /// port numbers are 10 bits, so a bridge holds at most 1,023 ports,
+    /// one a pod.
+    #[error(
+        "CNI plugin {plugin} failed ({command}): {msg}: the network's bridge holds {BRIDGE_PORTS} \
+         ports, the most a Linux bridge takes (one a pod); more pods on this node need a network \
+         of more than one bridge, or one without a bridge (ptp, ipvlan, macvlan)"
+    )]
+    BridgeFull {
+        plugin: String,
+        command: String,
+        msg: String,
+    },
     #[error("CNI plugin {plugin} ({command}) did not finish in {after:?} and was killed")]
     Timeout {
         plugin: String,
@@ -49,6 +62,34 @@ pub enum CniError {
         what: String,
         source: std::io::Error,
     },
+}
+
+/// The ports a Linux bridge takes (`BR_MAX_PORTS` less port 0).
+pub const BRIDGE_PORTS: usize = 1023;
+
+/// A plugin's failure, told apart when it is the bridge's port limit
+/// (the kernel's EXFULL, "Exchange full").
+fn plugin_failure(
+    plugin: String,
+    command: &str,
+    code: u32,
+    msg: String,
+    details: String,
+) -> CniError {
+    if msg.to_ascii_lowercase().contains("exchange full") {
+        return CniError::BridgeFull {
+            plugin,
+            command: command.to_string(),
+            msg,
+        };
+    }
+    CniError::Plugin {
+        plugin,
+        command: command.to_string(),
+        code,
+        msg,
+        details,
+    }
 }
 
 fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> CniError {
@@ -328,23 +369,23 @@ impl Cni {
         if !out.status.success() {
             let err: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
             let stderr = String::from_utf8_lossy(&out.stderr).trim().to_string();
-            return Err(CniError::Plugin {
-                plugin: kind,
-                command: command.to_string(),
-                code: err["code"].as_u64().unwrap_or(999) as u32,
-                msg: err["msg"].as_str().map(str::to_string).unwrap_or_else(|| {
+            return Err(plugin_failure(
+                kind,
+                command,
+                err["code"].as_u64().unwrap_or(999) as u32,
+                err["msg"].as_str().map(str::to_string).unwrap_or_else(|| {
                     if stderr.is_empty() {
                         format!("exit {}", out.status)
                     } else {
                         stderr.clone()
                     }
                 }),
-                details: err["details"]
+                err["details"]
                     .as_str()
                     .filter(|d| !d.is_empty())
                     .map(|d| format!(" ({d})"))
                     .unwrap_or_default(),
-            });
+            ));
         }
         if out.stdout.iter().all(u8::is_ascii_whitespace) {
             return Ok(Value::Null);
@@ -443,6 +484,29 @@ impl Cni {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_bridge_port_limit_is_told_apart_from_other_failures() {
+        let full = super::plugin_failure(
+            "bridge".into(),
+            "ADD",
+            11,
+            "failed to connect \"vethab\" to bridge cni0: Exchange full".into(),
+            String::new(),
+        );
+        assert!(matches!(full, CniError::BridgeFull { .. }), "{full:?}");
+        let other = super::plugin_failure(
+            "bridge".into(),
+            "ADD",
+            11,
+            "no such device".into(),
+            String::new(),
+        );
+        assert!(
+            matches!(other, CniError::Plugin { code: 11, .. }),
+            "{other:?}"
+        );
+    }
+
     use super::*;
 
     #[test]

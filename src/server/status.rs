@@ -80,6 +80,8 @@ pub fn sandbox_code(e: &SandboxError) -> Code {
         // No network config yet: the node is not ready for pods.
         SandboxError::Cni(CniError::NoConfig(_)) => Code::FailedPrecondition,
         SandboxError::Cni(CniError::Timeout { .. }) => Code::DeadlineExceeded,
+        // The network's bridge has no port left for one more pod.
+        SandboxError::Cni(CniError::BridgeFull { .. }) => Code::ResourceExhausted,
         SandboxError::Io { source, .. } if is_out_of_space(source) => Code::ResourceExhausted,
         SandboxError::Cni(_) | SandboxError::Io { .. } | SandboxError::Shim(_) => Code::Internal,
     }
@@ -153,5 +155,21 @@ mod tests {
             path: "/pod/none".into(),
         };
         assert_eq!(resource_code(&missing), Code::FailedPrecondition);
+    }
+
+    #[test]
+    fn a_full_bridge_is_an_exhausted_resource() {
+        let full = CniError::BridgeFull {
+            plugin: "bridge".into(),
+            command: "ADD".into(),
+            msg: "failed to connect \"veth1\" to bridge cni0: exchange full".into(),
+        };
+        let s: Status = SandboxError::Cni(full).into();
+        assert_eq!(s.code(), Code::ResourceExhausted);
+        assert!(
+            s.message().contains("bridge holds 1023 ports"),
+            "{}",
+            s.message()
+        );
     }
 }
