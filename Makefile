@@ -1,5 +1,5 @@
 # husk: common tasks. Every target installs what it needs first.
-.PHONY: setup build package test test-vm fuzz demo bench-pull bench-sandbox bench-containers bench-breakdown bench-exec bench-stream bench-rpc bench-userns lint
+.PHONY: setup build package test test-vm fuzz demo bench-pull bench-sandbox bench-containers bench-breakdown bench-exec bench-stream bench-rpc bench-userns bench-density lint
 
 setup:
 	bash packaging/setup-dev.sh
@@ -67,3 +67,8 @@ bench-userns: build
 # for the socket, HTTP/2 front and gRPC layers).
 bench-rpc: build
 	OPS=rpc ITERATIONS=$${ITERATIONS:-2000} bash packaging/bench-sandbox.sh
+# Density: husk filled to PODS (1000) running pods, measured at 50, 100,
+# 250 and 500, killed with -9 and recovered, drained; then each peer of
+# DENSITY_VS (CRI endpoints) or Debian's containerd 1.6, the same way.
+bench-density: build
+	bash packaging/bench-density.sh

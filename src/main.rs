@@ -70,9 +70,9 @@ enum Cmd {
         /// The runtime to measure.
         #[arg(long, default_value = husk::cli::DEFAULT_ENDPOINT)]
         endpoint: String,
-        /// A second runtime to compare against.
+        /// A runtime to compare against (more than one: --density only).
         #[arg(long)]
-        vs: Option<String>,
+        vs: Vec<String>,
         /// Iterations per operation.
         #[arg(long, default_value_t = 5)]
         iterations: usize,
@@ -115,6 +115,30 @@ enum Cmd {
         /// own share against the plugins' and the payload's); needs --image.
         #[arg(long)]
         breakdown: bool,
+        /// Fill each runtime in turn to N running pods (a pause and one
+        /// `sleep` container of --image each), measuring at --checkpoints,
+        /// then stop and remove them all.
+        #[arg(long, value_name = "N")]
+        density: Option<usize>,
+        /// `--density`: the pod counts at which to measure.
+        #[arg(long, value_delimiter = ',', default_value = "50,100,250,500")]
+        checkpoints: Vec<usize>,
+        /// `--density`: a shell command that kills the first runtime's
+        /// server and starts it again, run at N pods; the time until every
+        /// pod is back is reported.
+        #[arg(long)]
+        restart_cmd: Option<String>,
+        /// `--density`: the longest a pod's start may take before that
+        /// runtime's fill stops (seconds).
+        #[arg(long, default_value_t = 60)]
+        pod_timeout: u64,
+        /// `--density`: pods stopped and removed at once at the end.
+        #[arg(long, default_value_t = 8)]
+        remove_parallel: usize,
+        /// `--density`: the first runtime's Prometheus endpoint
+        /// (host:port), scraped at each checkpoint.
+        #[arg(long)]
+        metrics_address: Option<String>,
     },
     /// A thin kubelet: runs Pod manifests on any CRI runtime, printing
     /// status changes as a live table.
@@ -342,6 +366,38 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Bench {
             endpoint,
             vs,
+            runtime_handler,
+            vs_runtime_handler,
+            image,
+            json,
+            density: Some(pods),
+            checkpoints,
+            restart_cmd,
+            pod_timeout,
+            remove_parallel,
+            metrics_address,
+            ..
+        } => {
+            let vs_handler = vs_runtime_handler.unwrap_or_else(|| runtime_handler.clone());
+            let mut targets = vec![(endpoint, runtime_handler)];
+            targets.extend(vs.into_iter().map(|v| (v, vs_handler.clone())));
+            runtime()?.block_on(husk::bench::density::run(
+                husk::bench::density::DensityArgs {
+                    targets,
+                    pods,
+                    checkpoints,
+                    image,
+                    restart_cmd,
+                    pod_timeout: std::time::Duration::from_secs(pod_timeout),
+                    remove_parallel,
+                    metrics: metrics_address,
+                    json,
+                },
+            ))
+        }
+        Cmd::Bench {
+            endpoint,
+            vs,
             iterations,
             ops,
             image,
@@ -353,7 +409,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             ..
         } => runtime()?.block_on(husk::bench::cli::run(husk::bench::cli::BenchArgs {
             endpoint,
-            vs,
+            vs: match vs.len() {
+                0 | 1 => vs.into_iter().next(),
+                _ => anyhow::bail!("more than one --vs is for --density only"),
+            },
             iterations,
             ops,
             image,

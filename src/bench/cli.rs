@@ -24,25 +24,10 @@ pub struct BenchArgs {
 /// table (or JSON).
 pub async fn run(a: BenchArgs) -> anyhow::Result<()> {
     use super::*;
-    let mut targets = vec![Target::connect("runtime", &a.endpoint).await?];
-    targets[0].handler = a.handler.clone();
+    let mut targets = vec![named_target(&a.endpoint, &a.handler).await?];
     if let Some(v) = &a.vs {
-        let mut t = Target::connect("vs", v).await?;
-        t.handler = a.vs_handler.clone().unwrap_or_else(|| a.handler.clone());
-        targets.push(t);
-    }
-    for t in targets.iter_mut() {
-        let v = t
-            .runtime
-            .version(crate::api::cri::VersionRequest {
-                version: "v1".into(),
-            })
-            .await?
-            .into_inner();
-        t.name = format!("{} {}", v.runtime_name, v.runtime_version);
-        if !t.handler.is_empty() {
-            t.name = format!("{} ({})", t.name, t.handler);
-        }
+        let handler = a.vs_handler.as_deref().unwrap_or(&a.handler);
+        targets.push(named_target(v, handler).await?);
     }
     let mut report = serde_json::Map::new();
     report.insert("load_before".into(), loadavg().into());

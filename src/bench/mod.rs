@@ -7,6 +7,7 @@
 pub mod breakdown;
 pub mod cli;
 pub mod container;
+pub mod density;
 pub mod exec;
 pub mod pod_startup;
 pub mod procs;
@@ -137,8 +138,8 @@ impl Target {
         )
     }
 
-    /// The server and its helpers: descendants, and shims reparented away
-    /// whose command line names a path under the socket's directory
+    /// The server and its helpers: descendants, and monitors reparented
+    /// away that name a path under the socket's directory
     /// (`husk shim --dir /run/husk/s/…`, `containerd-shim -address /run/containerd/…`).
     fn processes(&self) -> Vec<u32> {
         let owners = procs::socket_owners(self.socket_path());
@@ -151,16 +152,18 @@ impl Target {
         all
     }
 
-    /// The runtime's per-pod monitors.
+    /// The runtime's per-pod monitors, known by what they are
+    /// (`procs::is_monitor`).
     pub fn shims(&self) -> Vec<u32> {
         let Some(dir) = self.socket_path().parent() else {
             return Vec::new();
         };
-        let owners = procs::socket_owners(self.socket_path());
-        procs::by_cmdline(&format!("{}/", dir.display()))
-            .into_iter()
-            .filter(|p| !owners.contains(p))
-            .collect()
+        procs::monitors_under(dir)
+    }
+
+    /// The server: the process listening on the runtime's socket.
+    pub fn servers(&self) -> Vec<u32> {
+        procs::socket_owners(self.socket_path())
     }
 
     /// RSS of the server and its helper processes.
@@ -295,6 +298,25 @@ pub async fn bench_pull(
             }
         })
         .collect())
+}
+
+/// Connects to a runtime and names it by its Version answer (and the
+/// handler its pods name, if not its default).
+pub async fn named_target(endpoint: &str, handler: &str) -> anyhow::Result<Target> {
+    let mut t = Target::connect("runtime", endpoint).await?;
+    t.handler = handler.to_string();
+    let v = t
+        .runtime
+        .version(crate::api::cri::VersionRequest {
+            version: "v1".into(),
+        })
+        .await?
+        .into_inner();
+    t.name = format!("{} {}", v.runtime_name, v.runtime_version);
+    if !handler.is_empty() {
+        t.name = format!("{} ({handler})", t.name);
+    }
+    Ok(t)
 }
 
 /// The machine's load averages.

@@ -74,24 +74,68 @@ pub fn all_processes() -> HashMap<u32, (u32, String)> {
     out
 }
 
-/// Processes (other than this one) whose command line mentions `needle`:
-/// how shims reparented away from their server are found.
-pub fn by_cmdline(needle: &str) -> Vec<u32> {
+/// The arguments a process was started with.
+pub fn argv(pid: u32) -> Vec<String> {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|c| {
+            c.split(|b| *b == 0)
+                .filter(|a| !a.is_empty())
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The file name of the program a process runs (`/proc/PID/exe`), without
+/// the ` (deleted)` the kernel adds for an unlinked or memfd program.
+pub fn exe_name(pid: u32) -> Option<String> {
+    let l = std::fs::read_link(format!("/proc/{pid}/exe")).ok()?;
+    let name = l.file_name()?.to_string_lossy().into_owned();
+    Some(name.trim_end_matches(" (deleted)").to_string())
+}
+
+/// Whether a process is a per-pod (or per-container) monitor by what it
+/// is: its program and the arguments in their places, never a word that a
+/// wrapper (`timeout 600 husk shim …`) would also carry. A husk shim is
+/// `husk shim --dir DIR` run from husk's binary or its sealed copy
+/// (`memfd:husk`); containerd's are `containerd-shim*` programs; CRI-O's
+/// is `conmon`. `belongs(arg)` ties it to one runtime: some argument of it
+/// names that runtime's socket or a path under the socket's directory.
+pub fn is_monitor(exe: &str, argv: &[String], belongs: impl Fn(&str) -> bool) -> bool {
+    let husk_shim = exe.contains("husk")
+        && argv.get(1).map(String::as_str) == Some("shim")
+        && argv.get(2).map(String::as_str) == Some("--dir");
+    let peer = exe.starts_with("containerd-shim") || exe == "conmon";
+    (husk_shim || peer) && argv.iter().skip(1).any(|a| belongs(a))
+}
+
+/// The monitors (`is_monitor`) whose arguments name `dir` or a path below it.
+pub fn monitors_under(dir: &Path) -> Vec<u32> {
     let me = std::process::id();
+    let below = |a: &str| Path::new(a).starts_with(dir);
     all_processes()
         .keys()
         .copied()
         .filter(|pid| *pid != me)
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline"))
-                .map(|c| {
-                    String::from_utf8_lossy(&c)
-                        .replace('\0', " ")
-                        .contains(needle)
-                })
-                .unwrap_or(false)
-        })
+        .filter(|pid| exe_name(*pid).is_some_and(|exe| is_monitor(&exe, &argv(*pid), below)))
         .collect()
+}
+
+/// Threads of a process (`Threads:` of /proc/PID/status).
+pub fn threads(pid: u32) -> u64 {
+    status_field(pid, "Threads:")
+}
+
+fn status_field(pid: u32, key: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(key))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse::<u64>().ok())
+        })
+        .unwrap_or(0)
 }
 
 /// `roots`, their descendants, and processes whose comm starts with one of
@@ -155,16 +199,7 @@ pub fn pss_bytes(pid: u32) -> u64 {
 
 /// Resident set size of a process, in bytes (VmRSS).
 pub fn rss_bytes(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<u64>().ok())
-        })
-        .map(|kb| kb * 1024)
-        .unwrap_or(0)
+    status_field(pid, "VmRSS:") * 1024
 }
 
 #[cfg(test)]
@@ -180,5 +215,41 @@ mod tests {
         assert!(rss_bytes(std::process::id()) > 0);
         let procs = runtime_processes(&[std::process::id()], &[]);
         assert!(procs.contains(&std::process::id()));
+        assert!(threads(std::process::id()) >= 1);
+    }
+
+    #[test]
+    fn monitors_are_known_by_program_and_argument_places() {
+        let v = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let ours = |a: &str| a.starts_with("/run/h/");
+        let shim = v(&["/usr/bin/husk", "shim", "--dir", "/run/h/s/abc"]);
+        assert!(is_monitor("husk", &shim, ours));
+        assert!(is_monitor("memfd:husk", &shim, ours));
+        // A wrapper carries the same words, in other places, from another program.
+        let wrapped = v(&["timeout", "600", "husk", "shim", "--dir", "/run/h/s/abc"]);
+        assert!(!is_monitor("timeout", &wrapped, ours));
+        assert!(!is_monitor("husk", &wrapped, ours));
+        // The server is not a monitor, nor another runtime's shim.
+        let serve = v(&["husk", "serve", "--state", "/run/h"]);
+        assert!(!is_monitor("husk", &serve, ours));
+        assert!(!is_monitor(
+            "husk",
+            &v(&["husk", "shim", "--dir", "/run/x/s/1"]),
+            ours
+        ));
+        let ctd = v(&[
+            "containerd-shim-runc-v2",
+            "-namespace",
+            "k8s.io",
+            "-address",
+            "/run/h/c.sock",
+        ]);
+        assert!(is_monitor("containerd-shim-runc-v2", &ctd, ours));
+        assert!(is_monitor(
+            "conmon",
+            &v(&["conmon", "--socket-dir-path", "/run/h/"]),
+            ours
+        ));
+        assert!(!is_monitor("bash", &v(&["bash", "-c", "/run/h/x"]), ours));
     }
 }

@@ -1,0 +1,578 @@
+//! `husk bench --density N`: fills each runtime in turn to N running pods
+//! (a pause and one `sleep` container each, on the runtime's CNI network),
+//! one pod after another through the CRI. At each checkpoint it measures
+//! the start of the last pods, the kubelet's relist calls (ListPodSandbox,
+//! ListContainers, called every second) and housekeeping calls
+//! (ListContainerStats, ListPodSandboxStats), a Prometheus scrape (if
+//! `--metrics-address` names the first runtime's), the runtime's memory (PSS of
+//! its server and monitors), processes and threads. Then, for the first
+//! runtime when `--restart-cmd` is given, it kills and restarts the server
+//! and times the recovery of every pod. Last, it stops and removes every
+//! pod. A runtime that fails a pod, or takes longer than the pod timeout,
+//! stops its fill there: the report says where and why.
+
+use super::sandbox::{pod_config, IDLE};
+use super::{procs, summarize, Summary, Target};
+use crate::api::cri::*;
+use serde::Serialize;
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+/// What a density run was asked for.
+pub struct DensityArgs {
+    /// (endpoint, runtime handler) of each runtime, measured in this order.
+    pub targets: Vec<(String, String)>,
+    pub pods: usize,
+    pub checkpoints: Vec<usize>,
+    pub image: String,
+    /// A shell command that kills the first runtime's server (`kill -9`)
+    /// and starts it again; the recovery is timed from its exit.
+    pub restart_cmd: Option<String>,
+    /// The longest one pod's start may take before the fill stops.
+    pub pod_timeout: Duration,
+    /// Pods stopped and removed at once at the end (the kubelet's pod
+    /// workers run in parallel too).
+    pub remove_parallel: usize,
+    /// The first runtime's Prometheus endpoint (host:port), scraped at
+    /// each checkpoint.
+    pub metrics: Option<String>,
+    pub json: bool,
+}
+
+/// The figures at one checkpoint.
+#[derive(Debug, Clone, Serialize)]
+pub struct Checkpoint {
+    pub pods: usize,
+    /// RunPodSandbox + CreateContainer + StartContainer of the last pods
+    /// before this checkpoint (at most 50).
+    pub start: Summary,
+    pub list_sandboxes: Summary,
+    pub list_containers: Summary,
+    /// None: the runtime does not answer the call.
+    pub container_stats: Option<Summary>,
+    pub sandbox_stats: Option<Summary>,
+    /// A `GET /metrics` of the runtime's Prometheus endpoint, if given.
+    pub metrics_scrape: Option<Summary>,
+    /// Server and monitors, proportional set size.
+    pub pss_mb: f64,
+    /// (PSS − PSS before the first pod) / pods.
+    pub per_pod_mb: f64,
+    pub server_rss_mb: f64,
+    pub servers: usize,
+    pub monitors: usize,
+    pub threads: u64,
+}
+
+/// One runtime's density run.
+#[derive(Debug, Serialize)]
+pub struct DensityResult {
+    pub runtime: String,
+    pub idle_pss_mb: f64,
+    pub checkpoints: Vec<Checkpoint>,
+    /// Pods running when the fill ended.
+    pub reached: usize,
+    /// Why the fill stopped before N, if it did.
+    pub stopped: Option<String>,
+    /// Seconds from the restart command's exit until every pod was listed
+    /// ready, with its IP, and its container running.
+    pub recovery_s: Option<f64>,
+    pub recovery_error: Option<String>,
+    pub remove_all_s: f64,
+    pub remove_failures: usize,
+}
+
+/// Pods whose start times each checkpoint summarizes.
+const WINDOW: usize = 50;
+/// Samples of each list call, and of each stats call, per checkpoint.
+const LIST_SAMPLES: usize = 20;
+const STATS_SAMPLES: usize = 5;
+/// How long a restarted runtime has to recover every pod.
+const RECOVERY_LIMIT: Duration = Duration::from_secs(180);
+
+pub async fn run(a: DensityArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        !a.image.is_empty(),
+        "--image is required for --density (each pod runs a container of it)"
+    );
+    anyhow::ensure!(a.pods > 0, "--density needs at least one pod");
+    let mut checkpoints: Vec<usize> = a
+        .checkpoints
+        .iter()
+        .copied()
+        .filter(|c| *c > 0 && *c < a.pods)
+        .collect();
+    checkpoints.push(a.pods);
+    checkpoints.sort_unstable();
+    checkpoints.dedup();
+    let load_before = super::loadavg();
+    let mut results = Vec::new();
+    for (k, (endpoint, handler)) in a.targets.iter().enumerate() {
+        let mut t = super::named_target(endpoint, handler).await?;
+        let (restart, metrics) = match k {
+            0 => (a.restart_cmd.as_deref(), a.metrics.as_deref()),
+            _ => (None, None),
+        };
+        eprintln!("density: filling {} to {} pods", t.name, a.pods);
+        results.push(fill_and_drain(&mut t, &a, &checkpoints, k, restart, metrics).await?);
+    }
+    let load_after = super::loadavg();
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "density": results,
+                "load_before": load_before,
+                "load_after": load_after,
+            }))?
+        );
+    } else {
+        print!("{}", report(&results));
+        println!("load average: {load_before} -> {load_after}");
+    }
+    Ok(())
+}
+
+async fn fill_and_drain(
+    t: &mut Target,
+    a: &DensityArgs,
+    checkpoints: &[usize],
+    k: usize,
+    restart: Option<&str>,
+    metrics: Option<&str>,
+) -> anyhow::Result<DensityResult> {
+    t.pull_app(&a.image).await?;
+    tokio::time::sleep(IDLE).await;
+    let idle_pss = t.pss_bytes() as f64;
+    let mut pods: Vec<String> = Vec::with_capacity(a.pods);
+    let mut starts: Vec<Duration> = Vec::with_capacity(a.pods);
+    let mut marks = Vec::new();
+    let mut stopped = None;
+    for i in 0..a.pods {
+        let sc = pod_config(&format!("d{k}"), i, &t.cgroup_parent);
+        let began = Instant::now();
+        let started = tokio::time::timeout(a.pod_timeout, async {
+            let id = t.run_pod(sc.clone()).await?;
+            pods.push(id.clone());
+            t.start_app(&id, &sc, &a.image).await
+        })
+        .await;
+        match started {
+            Ok(Ok(_)) => starts.push(began.elapsed()),
+            Ok(Err(e)) => {
+                stopped = Some(format!("pod {}: {e:#}", i + 1));
+                break;
+            }
+            Err(_) => {
+                stopped = Some(format!(
+                    "pod {}: not started within {:?}",
+                    i + 1,
+                    a.pod_timeout
+                ));
+                break;
+            }
+        }
+        if checkpoints.contains(&(i + 1)) {
+            let from = starts.len().saturating_sub(WINDOW);
+            let m = measure(t, &starts[from..], idle_pss, metrics).await;
+            eprintln!(
+                "density: {} at {} pods: start p50 {:.1} ms, lists {:.1}/{:.1} ms, {:.2} MB a pod",
+                t.name,
+                m.pods,
+                m.start.p50_ms,
+                m.list_sandboxes.p50_ms,
+                m.list_containers.p50_ms,
+                m.per_pod_mb
+            );
+            marks.push(m);
+        }
+    }
+    if let Some(s) = &stopped {
+        eprintln!("density: {} stopped: {s}", t.name);
+    }
+    let reached = starts.len();
+    let (mut recovery_s, mut recovery_error) = (None, None);
+    if let Some(cmd) = restart {
+        match recover(t, cmd, reached).await {
+            Ok(d) => recovery_s = Some(d.as_secs_f64()),
+            Err(e) => recovery_error = Some(format!("{e:#}")),
+        }
+    }
+    let began = Instant::now();
+    let remove_failures = remove_all(t, &pods, a.remove_parallel.max(1)).await;
+    Ok(DensityResult {
+        runtime: t.name.clone(),
+        idle_pss_mb: idle_pss / 1e6,
+        checkpoints: marks,
+        reached,
+        stopped,
+        recovery_s,
+        recovery_error,
+        remove_all_s: began.elapsed().as_secs_f64(),
+        remove_failures,
+    })
+}
+
+/// Times `n` calls of `call`; None if the runtime refuses it.
+async fn sample<F, Fut>(n: usize, mut call: F) -> Option<Summary>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(), tonic::Status>>,
+{
+    let mut d = Vec::with_capacity(n);
+    for _ in 0..n {
+        let began = Instant::now();
+        call().await.ok()?;
+        d.push(began.elapsed());
+    }
+    Some(summarize(&d))
+}
+
+/// Times `n` plain `GET /metrics` of `addr`; None if one fails.
+async fn scrape(addr: &str, n: usize) -> Option<Summary> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut d = Vec::with_capacity(n);
+    for _ in 0..n {
+        let began = Instant::now();
+        let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await
+            .ok()?;
+        let mut out = Vec::new();
+        s.read_to_end(&mut out).await.ok()?;
+        if !out.starts_with(b"HTTP/1.1 200") {
+            return None;
+        }
+        d.push(began.elapsed());
+    }
+    Some(summarize(&d))
+}
+
+async fn measure(
+    t: &mut Target,
+    starts: &[Duration],
+    idle_pss: f64,
+    metrics: Option<&str>,
+) -> Checkpoint {
+    let pods = t.sandbox_count().await;
+    let rt = t.runtime.clone();
+    let list_sandboxes = sample(LIST_SAMPLES, || {
+        let mut rt = rt.clone();
+        async move {
+            rt.list_pod_sandbox(ListPodSandboxRequest::default())
+                .await
+                .map(drop)
+        }
+    })
+    .await;
+    let list_containers = sample(LIST_SAMPLES, || {
+        let mut rt = rt.clone();
+        async move {
+            rt.list_containers(ListContainersRequest::default())
+                .await
+                .map(drop)
+        }
+    })
+    .await;
+    let container_stats = sample(STATS_SAMPLES, || {
+        let mut rt = rt.clone();
+        async move {
+            rt.list_container_stats(ListContainerStatsRequest::default())
+                .await
+                .map(drop)
+        }
+    })
+    .await;
+    let sandbox_stats = sample(STATS_SAMPLES, || {
+        let mut rt = rt.clone();
+        async move {
+            rt.list_pod_sandbox_stats(ListPodSandboxStatsRequest::default())
+                .await
+                .map(drop)
+        }
+    })
+    .await;
+    let metrics_scrape = match metrics {
+        Some(addr) => scrape(addr, LIST_SAMPLES).await,
+        None => None,
+    };
+    tokio::time::sleep(IDLE).await;
+    let servers = t.servers();
+    let monitors = t.shims();
+    let all: Vec<u32> = servers.iter().chain(&monitors).copied().collect();
+    let pss: u64 = all.iter().map(|p| procs::pss_bytes(*p)).sum();
+    Checkpoint {
+        pods,
+        start: summarize(starts),
+        list_sandboxes: list_sandboxes.unwrap_or_else(|| summarize(&[])),
+        list_containers: list_containers.unwrap_or_else(|| summarize(&[])),
+        container_stats,
+        sandbox_stats,
+        metrics_scrape,
+        pss_mb: pss as f64 / 1e6,
+        per_pod_mb: (pss as f64 - idle_pss) / pods.max(1) as f64 / 1e6,
+        server_rss_mb: servers.iter().map(|p| procs::rss_bytes(*p)).sum::<u64>() as f64 / 1e6,
+        servers: servers.len(),
+        monitors: monitors.len(),
+        threads: all.iter().map(|p| procs::threads(*p)).sum(),
+    }
+}
+
+impl Target {
+    /// Ready pods the runtime lists (0 if it does not answer).
+    async fn sandbox_count(&mut self) -> usize {
+        self.ready_pods().await.map(|p| p.len()).unwrap_or(0)
+    }
+
+    /// Ready pods and their IPs.
+    async fn ready_pods(&mut self) -> Result<HashMap<String, String>, tonic::Status> {
+        let ready = PodSandboxFilter {
+            state: Some(PodSandboxStateValue {
+                state: PodSandboxState::SandboxReady as i32,
+            }),
+            ..Default::default()
+        };
+        let items = self
+            .runtime
+            .list_pod_sandbox(ListPodSandboxRequest {
+                filter: Some(ready),
+            })
+            .await?
+            .into_inner()
+            .items;
+        let mut out = HashMap::new();
+        for p in items {
+            let ip = self
+                .runtime
+                .pod_sandbox_status(PodSandboxStatusRequest {
+                    pod_sandbox_id: p.id.clone(),
+                    verbose: false,
+                })
+                .await?
+                .into_inner()
+                .status
+                .and_then(|s| s.network)
+                .map(|n| n.ip)
+                .unwrap_or_default();
+            out.insert(p.id, ip);
+        }
+        Ok(out)
+    }
+
+    async fn running_containers(&mut self) -> Result<usize, tonic::Status> {
+        let running = ContainerFilter {
+            state: Some(ContainerStateValue {
+                state: ContainerState::ContainerRunning as i32,
+            }),
+            ..Default::default()
+        };
+        Ok(self
+            .runtime
+            .list_containers(ListContainersRequest {
+                filter: Some(running),
+            })
+            .await?
+            .into_inner()
+            .containers
+            .len())
+    }
+}
+
+/// Runs `cmd` (which kills and restarts the server), then waits until the
+/// runtime lists every pod ready with the IP it had and every container
+/// running. The time counts from the command's exit.
+async fn recover(t: &mut Target, cmd: &str, reached: usize) -> anyhow::Result<Duration> {
+    let before = t.ready_pods().await?;
+    anyhow::ensure!(
+        before.len() == reached,
+        "{} ready pods listed before the restart, {reached} started",
+        before.len()
+    );
+    let status = tokio::process::Command::new("sh")
+        .arg("-c")
+        .arg(cmd)
+        .status()
+        .await?;
+    anyhow::ensure!(status.success(), "the restart command failed: {status}");
+    let began = Instant::now();
+    let mut last = String::from("the server did not answer");
+    while began.elapsed() < RECOVERY_LIMIT {
+        match check_recovered(&t.endpoint, &t.handler, &before).await {
+            Ok(Some(fresh)) => {
+                let took = began.elapsed();
+                *t = fresh;
+                return Ok(took);
+            }
+            Ok(None) => {}
+            Err(e) => last = format!("{e:#}"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    anyhow::bail!("not recovered within {RECOVERY_LIMIT:?}: {last}")
+}
+
+/// A fresh connection if every pod of `before` is ready with its IP and
+/// as many containers run; None if not yet.
+async fn check_recovered(
+    endpoint: &str,
+    handler: &str,
+    before: &HashMap<String, String>,
+) -> anyhow::Result<Option<Target>> {
+    let mut t = super::named_target(endpoint, handler).await?;
+    let now = t.ready_pods().await?;
+    if now != *before {
+        let missing = before.iter().filter(|(id, ip)| now.get(*id) != Some(ip));
+        anyhow::bail!("{} pods not back with their IP", missing.count());
+    }
+    Ok((t.running_containers().await? == before.len()).then_some(t))
+}
+
+/// Stops and removes `pods`, `parallel` at a time; returns the failures.
+async fn remove_all(t: &Target, pods: &[String], parallel: usize) -> usize {
+    let chunk = pods.len().div_ceil(parallel).max(1);
+    let mut tasks = Vec::new();
+    for part in pods.chunks(chunk) {
+        let mut rt = t.runtime.clone();
+        let part = part.to_vec();
+        tasks.push(tokio::spawn(async move {
+            let mut failed = 0;
+            for id in part {
+                let stop = rt
+                    .stop_pod_sandbox(StopPodSandboxRequest {
+                        pod_sandbox_id: id.clone(),
+                    })
+                    .await;
+                let rm = rt
+                    .remove_pod_sandbox(RemovePodSandboxRequest { pod_sandbox_id: id })
+                    .await;
+                if stop.is_err() || rm.is_err() {
+                    failed += 1;
+                }
+            }
+            failed
+        }));
+    }
+    let mut failed = 0;
+    for task in tasks {
+        failed += task.await.unwrap_or(chunk);
+    }
+    failed
+}
+
+fn opt_ms(s: &Option<Summary>) -> String {
+    s.as_ref()
+        .map(|s| format!("{:.1}", s.p50_ms))
+        .unwrap_or_else(|| "-".into())
+}
+
+/// The table: one row per runtime and checkpoint, then each runtime's
+/// end (where it stopped, recovery, removal).
+pub fn report(results: &[DensityResult]) -> String {
+    let mut out = String::new();
+    out.push_str(&format!(
+        "{:<30} {:>5} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>9} {:>6} {:>7}\n",
+        "runtime",
+        "pods",
+        "start p50",
+        "vs first",
+        "lsPods",
+        "lsCtrs",
+        "ctrStats",
+        "podStats",
+        "metrics",
+        "PSS MB",
+        "MB/pod",
+        "srv RSS",
+        "procs",
+        "threads"
+    ));
+    for r in results {
+        let first = r.checkpoints.first().map(|c| c.start.p50_ms);
+        for c in &r.checkpoints {
+            out.push_str(&format!(
+                "{:<30} {:>5} {:>9.1} {:>8.2}x {:>9.1} {:>9.1} {:>9} {:>9} {:>8} {:>8.1} {:>8.2} {:>9.1} {:>6} {:>7}\n",
+                r.runtime,
+                c.pods,
+                c.start.p50_ms,
+                super::ratio(c.start.p50_ms, first.unwrap_or(c.start.p50_ms)),
+                c.list_sandboxes.p50_ms,
+                c.list_containers.p50_ms,
+                opt_ms(&c.container_stats),
+                opt_ms(&c.sandbox_stats),
+                opt_ms(&c.metrics_scrape),
+                c.pss_mb,
+                c.per_pod_mb,
+                c.server_rss_mb,
+                c.servers + c.monitors,
+                c.threads
+            ));
+        }
+    }
+    out.push_str("(times in ms, p50; procs: the server and its monitors)\n");
+    for r in results {
+        out.push_str(&format!("{}: reached {} pods", r.runtime, r.reached));
+        if let Some(s) = &r.stopped {
+            out.push_str(&format!(", stopped: {s}"));
+        }
+        if let Some(s) = r.recovery_s {
+            out.push_str(&format!(", recovered after kill -9 in {s:.1} s"));
+        }
+        if let Some(e) = &r.recovery_error {
+            out.push_str(&format!(", recovery failed: {e}"));
+        }
+        out.push_str(&format!(
+            ", stop+remove of all in {:.1} s ({} failed)\n",
+            r.remove_all_s, r.remove_failures
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn point(pods: usize, start: f64) -> Checkpoint {
+        let s = |ms: f64| Summary {
+            n: 1,
+            p50_ms: ms,
+            p90_ms: ms,
+            p99_ms: ms,
+        };
+        Checkpoint {
+            pods,
+            start: s(start),
+            list_sandboxes: s(1.0),
+            list_containers: s(2.0),
+            container_stats: Some(s(3.0)),
+            sandbox_stats: None,
+            metrics_scrape: None,
+            pss_mb: 10.0,
+            per_pod_mb: 0.2,
+            server_rss_mb: 8.0,
+            servers: 1,
+            monitors: pods,
+            threads: 3,
+        }
+    }
+
+    #[test]
+    fn the_report_compares_each_start_with_the_first_and_says_where_a_runtime_stopped() {
+        let r = DensityResult {
+            runtime: "peer 1".into(),
+            idle_pss_mb: 5.0,
+            checkpoints: vec![point(50, 100.0), point(100, 150.0)],
+            reached: 120,
+            stopped: Some("pod 121: exchange full".into()),
+            recovery_s: None,
+            recovery_error: None,
+            remove_all_s: 3.0,
+            remove_failures: 0,
+        };
+        let text = report(&[r]);
+        assert!(text.contains("1.50x"), "{text}");
+        assert!(text.contains("reached 120 pods, stopped: pod 121: exchange full"));
+        assert!(text
+            .lines()
+            .any(|l| l.contains(" 100 ") && l.contains(" - ")));
+    }
+}
