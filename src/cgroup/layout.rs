@@ -5,6 +5,9 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+/// The environment variable in which the server hands its layout down.
+pub const LAYOUT_ENV: &str = "HUSK_CGROUP_LAYOUT";
+
 /// Where cgroup controllers are mounted.
 #[derive(Debug, Clone)]
 pub enum Layout {
@@ -60,14 +63,51 @@ impl Layout {
         }
     }
 
-    /// The host's layout (read once).
+    /// The host's layout (found once a process): handed down by the
+    /// server in `LAYOUT_ENV` to the shims it starts, else read from the
+    /// mount table. A pod's shim is a new process, and on a node of a
+    /// thousand pods the table has thousands of lines to read.
     pub fn host() -> &'static Layout {
         static LAYOUT: OnceLock<Layout> = OnceLock::new();
         LAYOUT.get_or_init(|| {
-            Layout::from_mountinfo(
-                &std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default(),
-            )
+            std::env::var(LAYOUT_ENV)
+                .ok()
+                .and_then(|s| Layout::decode(&s))
+                .unwrap_or_else(|| {
+                    Layout::from_mountinfo(
+                        &std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default(),
+                    )
+                })
         })
+    }
+
+    /// `v2:<root>`, or `v1:<controller>=<mount point>;…`.
+    pub fn encode(&self) -> String {
+        match self {
+            Layout::V2(root) => format!("v2:{}", root.display()),
+            Layout::V1(m) => {
+                let mut parts: Vec<String> = m
+                    .iter()
+                    .map(|(c, p)| format!("{c}={}", p.display()))
+                    .collect();
+                parts.sort();
+                format!("v1:{}", parts.join(";"))
+            }
+        }
+    }
+
+    /// The layout `encode` wrote; None if `s` is not one.
+    pub fn decode(s: &str) -> Option<Layout> {
+        if let Some(root) = s.strip_prefix("v2:") {
+            return (!root.is_empty()).then(|| Layout::V2(PathBuf::from(root)));
+        }
+        let v1 = s.strip_prefix("v1:")?;
+        let mut m = HashMap::new();
+        for part in v1.split(';').filter(|p| !p.is_empty()) {
+            let (c, p) = part.split_once('=')?;
+            m.insert(c.to_string(), PathBuf::from(p));
+        }
+        Some(Layout::V1(m))
     }
 
     pub fn is_v2(&self) -> bool {

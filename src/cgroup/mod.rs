@@ -34,7 +34,7 @@ pub use driver::Driver;
 pub use kill::{kill_all, remove};
 pub(crate) use layout::oom_kills_in;
 use layout::read;
-pub use layout::Layout;
+pub use layout::{Layout, LAYOUT_ENV};
 pub use usage::{usage, v2_pressure, Cpu, Memory, Pressure, Psi, Usage};
 pub use validate::validate;
 
@@ -229,6 +229,19 @@ mod tests {
             Some(PathBuf::from("/sys/fs/cgroup/memory/pods/c1"))
         );
         assert_eq!(l.dir("pids", "/pods/c1"), None);
+    }
+
+    #[test]
+    fn a_layout_handed_down_is_the_layout_found() {
+        let l = Layout::from_mountinfo(HYBRID);
+        let back = Layout::decode(&l.encode()).expect("decodes");
+        assert_eq!(back.encode(), l.encode());
+        assert_eq!(back.dir("cpuacct", "/p"), l.dir("cpuacct", "/p"));
+        let v2 = Layout::V2(PathBuf::from("/sys/fs/cgroup"));
+        assert!(Layout::decode(&v2.encode()).expect("decodes").is_v2());
+        for bad in ["", "v3:x", "v2:", "v1:cpu"] {
+            assert!(Layout::decode(bad).is_none(), "{bad}");
+        }
     }
 
     #[test]

@@ -22,6 +22,10 @@ pub fn spawn(exe: &Path, dir: &Path) -> io::Result<()> {
         .arg("shim")
         .arg("--dir")
         .arg(dir)
+        .env(
+            crate::cgroup::LAYOUT_ENV,
+            crate::cgroup::Layout::host().encode(),
+        )
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
