@@ -16,7 +16,9 @@ pods=${PODS:-1000}
 checkpoints=${CHECKPOINTS:-50,100,250,500}
 work=$(mktemp -d /tmp/husk-density.XXXXXX)
 chmod 755 "$work"
-port=$(free_port)
+# REGISTRY_PORT: a fixed port for the test registry, so that peers started
+# beforehand can name its pause image and trust it (plain HTTP).
+port=${REGISTRY_PORT:-$(free_port)}
 metrics=127.0.0.1:$(free_port)
 bridge="hkd$(printf '%06x' $((RANDOM * RANDOM % 16777216)))"
 # A /20: 4,094 addresses, past what one bridge's 1,024 ports can hold.
