@@ -18,6 +18,14 @@
 //! containers, and counts its children's kills) is taken when the watch
 //! starts: a container whose scope is gone, that died of SIGKILL, while
 //! the pod's count went up, was OOM-killed.
+//!
+//! The inotify instance is made only when a watch needs it: on v2, for a
+//! container under the systemd driver (a `slice:prefix:name` cgroups
+//! path), and it is closed when the shim's last such container goes.
+//! Instances are counted per user (`fs.inotify.max_user_instances`, 128
+//! by default) and every shim runs as root: on v1 or under the cgroupfs
+//! driver, where the cgroup outlives the container, a shim holds none. A
+//! shim refused one does without (the count at the exit, and the pod's).
 
 use crate::cgroup::{oom_kills_in, Layout};
 use rustix::fs::inotify;
@@ -59,18 +67,38 @@ impl Watched {
 
 pub struct OomWatch {
     fd: Option<OwnedFd>,
+    /// The kernel refused an instance once: not asked again.
+    refused: bool,
     by_id: HashMap<String, Watched>,
+}
+
+/// Whether a container's cgroup may go before the shim reads it: a
+/// systemd scope (`slice:prefix:name`), on v2.
+fn needs_watch(v2: bool, cgroups_path: &str) -> bool {
+    v2 && cgroups_path.contains(':')
 }
 
 impl OomWatch {
     pub fn new() -> OomWatch {
-        let fd = inotify::init(inotify::CreateFlags::CLOEXEC | inotify::CreateFlags::NONBLOCK)
-            .map_err(|e| eprintln!("husk shim: no inotify for OOM events: {e}"))
-            .ok();
         OomWatch {
-            fd,
+            fd: None,
+            refused: false,
             by_id: HashMap::new(),
         }
+    }
+
+    /// The inotify instance, made on first need.
+    fn instance(&mut self) -> Option<&OwnedFd> {
+        if self.fd.is_none() && !self.refused {
+            match inotify::init(inotify::CreateFlags::CLOEXEC | inotify::CreateFlags::NONBLOCK) {
+                Ok(fd) => self.fd = Some(fd),
+                Err(e) => {
+                    eprintln!("husk shim: no inotify for OOM events: {e}");
+                    self.refused = true;
+                }
+            }
+        }
+        self.fd.as_ref()
     }
 
     /// The descriptor to poll, when there is one.
@@ -96,13 +124,13 @@ impl OomWatch {
             return;
         };
         let v2 = layout.is_v2();
-        let wd = match (&self.fd, v2) {
-            (Some(fd), true) => {
+        let wd = match needs_watch(v2, &path).then(|| self.instance()).flatten() {
+            Some(fd) => {
                 inotify::add_watch(fd, dir.join("memory.events"), inotify::WatchFlags::MODIFY)
                     .map_err(|e| eprintln!("husk shim: watch OOM events of {id}: {e}"))
                     .ok()
             }
-            _ => None,
+            None => None,
         };
         let parent_base = dir.parent().and_then(|p| oom_kills_in(p, v2));
         let mut w = Watched {
@@ -146,12 +174,16 @@ impl OomWatch {
             .unwrap_or(0)
     }
 
-    /// Stops watching `id` (deleted).
+    /// Stops watching `id` (deleted); the instance goes with the last
+    /// watch.
     pub fn forget(&mut self, id: &str) {
         if let (Some(w), Some(fd)) = (self.by_id.remove(id), &self.fd) {
             if let Some(wd) = w.wd {
                 let _ = inotify::remove_watch(fd, wd);
             }
+        }
+        if self.by_id.values().all(|w| w.wd.is_none()) {
+            self.fd = None;
         }
     }
 }
@@ -165,6 +197,18 @@ fn spec_cgroups_path(bundle: &Path) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_instance_only_where_a_cgroup_may_go_first() {
+        assert!(needs_watch(true, "kubepods.slice:husk:abc"));
+        assert!(!needs_watch(true, "/kubepods/pod1/abc"), "v2, cgroupfs");
+        assert!(!needs_watch(false, "kubepods.slice:husk:abc"), "v1");
+        let mut w = OomWatch::new();
+        assert!(w.fd().is_none(), "none until needed");
+        assert!(w.instance().is_some());
+        w.forget("nothing");
+        assert!(w.fd().is_none(), "closed with the last watch");
+    }
 
     #[test]
     fn the_highest_count_seen_survives_the_cgroup() {
