@@ -19,6 +19,9 @@ pub(super) enum Seen {
 /// The inotify instance; `None` when the kernel refused one.
 pub struct ExitWatch {
     pub(super) fd: Option<Arc<OwnedFd>>,
+    /// Exits dirs the kernel refused a watch for (`max_user_watches`):
+    /// their containers are asked about, not watched.
+    unwatched: std::sync::Mutex<std::collections::HashSet<std::path::PathBuf>>,
 }
 
 impl Default for ExitWatch {
@@ -32,10 +35,14 @@ impl ExitWatch {
         match inotify::init(inotify::CreateFlags::CLOEXEC) {
             Ok(fd) => ExitWatch {
                 fd: Some(Arc::new(fd)),
+                unwatched: Default::default(),
             },
             Err(e) => {
                 tracing::warn!(error = %e, "no inotify: container exits are noticed only when a status is asked for");
-                ExitWatch { fd: None }
+                ExitWatch {
+                    fd: None,
+                    unwatched: Default::default(),
+                }
             }
         }
     }
@@ -47,9 +54,27 @@ impl ExitWatch {
         let flags = inotify::WatchFlags::MOVED_TO
             | inotify::WatchFlags::CREATE
             | inotify::WatchFlags::ONLYDIR;
-        if let Err(e) = inotify::add_watch(fd.as_ref(), exits_dir, flags) {
-            tracing::warn!(dir = %exits_dir.display(), error = %e, "cannot watch a pod's exits");
+        let mut unwatched = self.unwatched.lock().unwrap_or_else(|p| p.into_inner());
+        match inotify::add_watch(fd.as_ref(), exits_dir, flags) {
+            Ok(_) => {
+                unwatched.remove(exits_dir);
+            }
+            Err(e) => {
+                tracing::warn!(dir = %exits_dir.display(), error = %e, "cannot watch a pod's exits: they are noticed when a status or list asks");
+                unwatched.insert(exits_dir.to_path_buf());
+            }
         }
+    }
+
+    /// Whether an exit recorded in `exits_dir` reaches the records by
+    /// itself.
+    pub fn covers(&self, exits_dir: &Path) -> bool {
+        self.fd.is_some()
+            && !self
+                .unwatched
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains(exits_dir)
     }
 }
 
@@ -103,6 +128,18 @@ mod tests {
         assert_eq!(exit_of(".abc.json.tmp-1-2"), None);
         assert_eq!(exit_of("abc.txt"), None);
         assert_eq!(exit_of(".json"), None);
+    }
+
+    #[test]
+    fn a_dir_the_kernel_would_not_watch_is_not_covered() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let exits = d.path().join("exits");
+        let w = ExitWatch::new();
+        w.watch(&exits);
+        assert!(!w.covers(&exits), "no such dir: no watch");
+        std::fs::create_dir(&exits).expect("mkdir");
+        w.watch(&exits);
+        assert!(w.covers(&exits));
     }
 
     #[test]

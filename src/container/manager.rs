@@ -244,25 +244,25 @@ impl ContainerManager {
     ///
     /// With the exit watch on (`exits.rs`), a running container's record
     /// learns of its exit as the shim records it, so the list asks no shim
-    /// about it: it only checks, once per pod, that the pod's shim is alive,
-    /// and refreshes the containers of a pod whose shim is gone (and those
-    /// in state Unknown). Without the watch every running container is
-    /// refreshed. The kubelet lists every second: its cost must not grow
+    /// about it: it only checks, once per pod, that the pod's exits are
+    /// watched and its shim is alive, and refreshes the containers of a pod
+    /// whose shim is gone or whose exits the kernel would not watch (and
+    /// those in state Unknown). The kubelet lists every second: its cost must not grow
     /// by a shim round trip per container.
     pub fn list(&self) -> Vec<ContainerRecord> {
         let recs: Vec<ContainerRecord> = self.lock().0.values().cloned().collect();
-        let watched = self.exits.fd.is_some();
-        let mut shim_alive: HashMap<String, bool> = HashMap::new();
+        let mut pod_current: HashMap<String, bool> = HashMap::new();
         let mut v: Vec<ContainerRecord> = recs
             .into_iter()
             .filter_map(|r| {
                 let current = match r.state {
-                    ContainerState::Running if watched => {
-                        *shim_alive.entry(r.sandbox_id.clone()).or_insert_with(|| {
-                            client::pid(&self.sandboxes.shim_dir(&r.sandbox_id)).is_some()
+                    ContainerState::Running => {
+                        *pod_current.entry(r.sandbox_id.clone()).or_insert_with(|| {
+                            let shim = self.sandboxes.shim_dir(&r.sandbox_id);
+                            self.exits.covers(&shim.join("exits")) && client::pid(&shim).is_some()
                         })
                     }
-                    ContainerState::Running | ContainerState::Unknown => false,
+                    ContainerState::Unknown => false,
                     _ => true,
                 };
                 if current {
