@@ -16,6 +16,7 @@ use super::{procs, summarize, Summary, Target};
 use crate::api::cri::*;
 use serde::Serialize;
 use std::collections::HashMap;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// What a density run was asked for.
@@ -149,6 +150,9 @@ async fn fill_and_drain(
     let mut stopped = None;
     for i in 0..a.pods {
         let sc = pod_config(&format!("d{k}"), i, &t.cgroup_parent);
+        // The kubelet makes a pod's log directory and its containers' (CRI-O
+        // refuses a container whose log directory is missing).
+        let _ = std::fs::create_dir_all(Path::new(&sc.log_directory).join("app"));
         let began = Instant::now();
         let started = tokio::time::timeout(a.pod_timeout, async {
             let id = t.run_pod(sc.clone()).await?;
