@@ -38,15 +38,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-start_registry "$work/registry" "$port"
-build_pause_oci "$work/layout"
-pause="127.0.0.1:$port/bench/pause:latest"
-skopeo copy --quiet --dest-tls-verify=false "oci:$work/layout:latest" "docker://$pause"
-build_busybox_oci "$work/app"
-app="127.0.0.1:$port/bench/app:latest"
-skopeo copy --quiet --dest-tls-verify=false "oci:$work/app:latest" "docker://$app"
-mkdir -p "$work/certs.d/127.0.0.1:$port"
-printf 'server = "http://127.0.0.1:%s"\n' "$port" >"$work/certs.d/127.0.0.1:$port/hosts.toml"
+bench_images "$work" "$port"
 write_conflist "$work/net.d" "$bridge" "$subnet" "$work/ipam"
 
 driver=${CGROUP_DRIVER:-cgroupfs}

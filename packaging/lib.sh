@@ -129,3 +129,19 @@ TOML
   echo $! >"$dir/pid"
   wait_socket "$dir/containerd.sock"
 }
+
+# bench_images WORK PORT: a registry on 127.0.0.1:PORT (data in WORK/registry)
+# holding a pause image and a busybox app image, named in $pause and $app,
+# and WORK/certs.d telling husk and containerd to pull from it over HTTP.
+bench_images() {
+  local work=$1 port=$2
+  start_registry "$work/registry" "$port"
+  build_pause_oci "$work/layout"
+  pause="127.0.0.1:$port/bench/pause:latest"
+  skopeo copy --quiet --dest-tls-verify=false "oci:$work/layout:latest" "docker://$pause"
+  build_busybox_oci "$work/app"
+  app="127.0.0.1:$port/bench/app:latest"
+  skopeo copy --quiet --dest-tls-verify=false "oci:$work/app:latest" "docker://$app"
+  mkdir -p "$work/certs.d/127.0.0.1:$port"
+  printf 'server = "http://127.0.0.1:%s"\n' "$port" >"$work/certs.d/127.0.0.1:$port/hosts.toml"
+}
