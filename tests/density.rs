@@ -1,6 +1,7 @@
 //! Density, bounded to what CI's time allows (the 1,000-pod run is
-//! `make bench-density`): 200 running pods (a pause and a `sleep` each, on
-//! the CNI bridge) are listed, counted in stats and metrics, survive a
+//! `make bench-density`): 200 running pods (each of the kubelet's usual
+//! shape, its namespaces pinned without a pause, and one `sleep`, on the
+//! CNI bridge) are listed, counted in stats and metrics, survive a
 //! `kill -9` of the server (every pod back with its IP, every container
 //! running), and leave nothing once removed; the server holds no
 //! descriptor per pod and each pod's shim one thread. And the limit of a
