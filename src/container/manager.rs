@@ -250,7 +250,15 @@ impl ContainerManager {
     /// those in state Unknown). The kubelet lists every second: its cost must not grow
     /// by a shim round trip per container.
     pub fn list(&self) -> Vec<ContainerRecord> {
-        let recs: Vec<ContainerRecord> = self.lock().0.values().cloned().collect();
+        self.list_where(|_| true)
+    }
+
+    /// `list` of the records `pre` accepts as recorded (a filter on what
+    /// a refresh does not change: id, pod, labels), so a list for one pod
+    /// costs what it returns, not the node's every container.
+    pub fn list_where(&self, pre: impl Fn(&ContainerRecord) -> bool) -> Vec<ContainerRecord> {
+        let recs: Vec<ContainerRecord> =
+            self.lock().0.values().filter(|r| pre(r)).cloned().collect();
         let mut pod_current: HashMap<String, bool> = HashMap::new();
         let mut v: Vec<ContainerRecord> = recs
             .into_iter()

@@ -271,11 +271,27 @@ impl SandboxManager {
     }
 
     pub fn list(&self) -> Vec<SandboxRecord> {
-        let ids: Vec<String> = self.lock_inner().records.keys().cloned().collect();
+        self.list_where(|_| true)
+    }
+
+    /// `list` of the records `pre` accepts as recorded (id, labels: what
+    /// a refresh does not change), refreshing only those.
+    pub fn list_where(&self, pre: impl Fn(&SandboxRecord) -> bool) -> Vec<SandboxRecord> {
+        let ids: Vec<String> = self
+            .lock_inner()
+            .records
+            .values()
+            .filter(|r| pre(r))
+            .map(|r| r.id.clone())
+            .collect();
         for id in &ids {
             self.refresh(id);
         }
-        let mut v: Vec<SandboxRecord> = self.lock_inner().records.values().cloned().collect();
+        let inner = self.lock_inner();
+        let mut v: Vec<SandboxRecord> = ids
+            .iter()
+            .filter_map(|id| inner.records.get(id).cloned())
+            .collect();
         v.sort_by_key(|r| r.created_at);
         v
     }

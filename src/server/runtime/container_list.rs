@@ -47,7 +47,11 @@ pub async fn handle(
 ) -> Result<ListContainersResponse, Status> {
     let containers = state.containers()?;
     let f = req.filter.unwrap_or_default();
-    let list = tokio::task::spawn_blocking(move || containers.list())
+    let pre = ContainerFilter {
+        state: None,
+        ..f.clone()
+    };
+    let list = tokio::task::spawn_blocking(move || containers.list_where(|r| keep(&pre, r)))
         .await
         .map_err(|e| Status::internal(e.to_string()))?;
     let containers = list.iter().filter(|r| keep(&f, r)).map(to_cri).collect();

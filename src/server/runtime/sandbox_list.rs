@@ -36,8 +36,12 @@ pub async fn handle(
 ) -> Result<ListPodSandboxResponse, Status> {
     let sandboxes = state.sandboxes()?;
     let f = req.filter.unwrap_or_default();
+    let pre = PodSandboxFilter {
+        state: None,
+        ..f.clone()
+    };
     let items = sandboxes
-        .list()
+        .list_where(|r| keep(&pre, r))
         .iter()
         .filter(|r| keep(&f, r))
         .map(to_cri)
