@@ -244,13 +244,10 @@ impl Drop for TestNetns {
 fn plugins_in(netns: &str, dir: &Path) {
     for plugin in ["bridge", "host-local", "portmap", "loopback"] {
         let script = dir.join(plugin);
-        std::fs::write(
+        common::write_executable(
             &script,
-            format!("#!/bin/sh\nexec nsenter --net={netns} /usr/lib/cni/{plugin} \"$@\"\n"),
-        )
-        .unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+            &format!("#!/bin/sh\nexec nsenter --net={netns} /usr/lib/cni/{plugin} \"$@\"\n"),
+        );
     }
 }
 

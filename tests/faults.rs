@@ -63,8 +63,7 @@ async fn cni_plugin_that_hangs_fails_or_leaves_children() {
     }
     let bin = tempfile::tempdir().unwrap();
     let script = bin.path().join("faulty");
-    std::fs::write(&script, PLUGIN.replace("SLEEP", SLEEP)).unwrap();
-    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    common::write_executable(&script, &PLUGIN.replace("SLEEP", SLEEP));
     let p = setup_with(
         vec![serde_json::json!({"type": "faulty"})],
         &format!("{}:/usr/lib/cni", bin.path().display()),

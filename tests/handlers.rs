@@ -216,8 +216,7 @@ async fn an_oci_handler_runs_pods_through_the_shim() {
 
 fn script(dir: &Path, name: &str, body: &str) -> String {
     let path = dir.join(name);
-    std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
-    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    common::write_executable(&path, &format!("#!/bin/sh\n{body}\n"));
     path.display().to_string()
 }
 

@@ -401,11 +401,26 @@ mod tests {
     }
 
     /// An executable shell script `name` in `dir` running `body`: its path.
+    ///
+    /// A child `sh` writes it: the tests run on many threads, and a fork by
+    /// another thread while this one held the file open for writing would
+    /// leave that child a writable descriptor until it execs, so the exec of
+    /// the script here could fail with ETXTBSY.
     fn script(dir: &Path, name: &str, body: &str) -> String {
+        use std::io::Write;
         let path = dir.join(name);
-        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).expect("write");
-        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .expect("chmod");
+        let mut sh = std::process::Command::new("sh")
+            .args(["-c", "cat > \"$0\" && chmod 755 \"$0\""])
+            .arg(&path)
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn sh");
+        let mut stdin = sh.stdin.take().expect("stdin");
+        stdin
+            .write_all(format!("#!/bin/sh\n{body}\n").as_bytes())
+            .expect("write");
+        drop(stdin);
+        assert!(sh.wait().expect("wait").success(), "write {name}");
         path.display().to_string()
     }
 

@@ -46,6 +46,32 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// Writes `text` to `path` as an executable (mode 0755).
+///
+/// The file is written by a child `sh`, not by this process: a test binary
+/// runs tests on many threads, and a thread that forks while another holds
+/// the file open for writing gives its child that descriptor until the
+/// child execs. An exec of the file in that window fails with ETXTBSY
+/// ("Text file busy"). A file this process never opened for writing cannot
+/// be busy.
+pub fn write_executable(path: &Path, text: &str) {
+    use std::io::Write;
+    let mut child = std::process::Command::new("sh")
+        .args(["-c", "cat > \"$0\" && chmod 755 \"$0\""])
+        .arg(path)
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn sh");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(text.as_bytes())
+        .expect("write the executable");
+    let ok = child.wait().expect("wait sh").success();
+    assert!(ok, "write {}", path.display());
+}
+
 /// Number of files (not dirs) under `dir`.
 pub fn count_files(dir: &Path) -> usize {
     let mut n = 0;
