@@ -61,11 +61,7 @@ pub(crate) fn shim_call(
         Duration::from_secs(60),
     )
     .map_err(|e| SandboxError::Shim(format!("{}: {e}", dir.display())))?;
-    if resp.error.is_empty() {
-        Ok(resp)
-    } else {
-        Err(SandboxError::Shim(resp.error))
-    }
+    crate::sandbox::shim_call::answer(resp)
 }
 
 impl ContainerManager {

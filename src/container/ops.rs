@@ -322,10 +322,7 @@ impl ContainerManager {
         .await
         .map_err(err)?
         .map_err(|e| SandboxError::Shim(e.to_string()))?;
-        if !resp.error.is_empty() {
-            return Err(SandboxError::Shim(resp.error));
-        }
-        let x = resp
+        let x = crate::sandbox::shim_call::answer(resp)?
             .exec
             .ok_or_else(|| SandboxError::Shim("exec answered without a result".into()))?;
         if x.timed_out {

@@ -24,7 +24,7 @@ mod recover;
 mod resize;
 pub mod rootfs;
 mod run;
-mod shim_call;
+pub(crate) mod shim_call;
 mod spare;
 pub mod spec;
 mod teardown;
@@ -72,6 +72,10 @@ pub enum SandboxError {
     /// The container or process is not in a state the request needs.
     #[error("{0}")]
     NotRunning(String),
+    /// The runtime refused what the request asked: an OCI runtime failed
+    /// it, or the process's executable is missing or not runnable.
+    #[error("{0}")]
+    Refused(String),
 }
 
 impl SandboxError {

@@ -21,11 +21,17 @@ pub(crate) fn shim_call(dir: &Path, request: Request) -> Result<ShimResponse, Sa
         SHIM_TIMEOUT,
     )
     .map_err(|e| SandboxError::Shim(format!("{}: {e}", dir.display())))?;
+    answer(resp)
+}
+
+/// A shim's answer, or its error by its code.
+pub(crate) fn answer(resp: ShimResponse) -> Result<ShimResponse, SandboxError> {
     match resp.code {
         _ if resp.error.is_empty() => Ok(resp),
-        // An OCI runtime that hung, or that failed.
+        // An OCI runtime that hung.
         4 => Err(SandboxError::Timeout(resp.error)),
-        9 => Err(SandboxError::NotRunning(resp.error)),
+        // An OCI runtime that failed, or a payload that cannot be run.
+        9 => Err(SandboxError::Refused(resp.error)),
         _ => Err(SandboxError::Shim(resp.error)),
     }
 }

@@ -72,9 +72,10 @@ pub fn sandbox_code(e: &SandboxError) -> Code {
         SandboxError::NotFound(_) => Code::NotFound,
         SandboxError::NameReserved { .. } => Code::AlreadyExists,
         SandboxError::Timeout(_) => Code::DeadlineExceeded,
-        SandboxError::NotRunning(_) | SandboxError::Idmap(_) | SandboxError::Unreachable(_) => {
-            Code::FailedPrecondition
-        }
+        SandboxError::NotRunning(_)
+        | SandboxError::Refused(_)
+        | SandboxError::Idmap(_)
+        | SandboxError::Unreachable(_) => Code::FailedPrecondition,
         SandboxError::Image(e) => image_code(e),
         SandboxError::Resources(e) => resource_code(e),
         // No network config yet: the node is not ready for pods.

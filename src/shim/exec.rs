@@ -85,7 +85,10 @@ pub fn start(
     })();
     match r {
         Ok((pid, pipes, file)) => Ok(PendingExec::new(conn, req, pid, pipes, file)),
-        Err(e) => Err(((13, e), conn)),
+        Err(e) => Err((
+            super::lookpath::failure(&format!("exec in {}", req.id), e),
+            conn,
+        )),
     }
 }
 

@@ -17,9 +17,7 @@
 //! the pipe (a created container's init keeps its fds until it execs)
 //! cannot hold the reader up.
 
-use libcontainer::workload::{
-    default::DefaultExecutor, Executor, ExecutorError, ExecutorValidationError,
-};
+use libcontainer::workload::{Executor, ExecutorError, ExecutorValidationError};
 use std::os::fd::OwnedFd;
 
 /// Longest error message passed back (a pipe holds 64 KiB unread).
@@ -136,13 +134,13 @@ pub(super) struct ResetSignals;
 impl Executor for ResetSignals {
     fn exec(&self, spec: &libcontainer::oci_spec::runtime::Spec) -> Result<(), ExecutorError> {
         super::payload::before_execve()?;
-        DefaultExecutor {}.exec(spec)
+        super::lookpath::exec(spec)
     }
 
     fn validate(
         &self,
         spec: &libcontainer::oci_spec::runtime::Spec,
     ) -> Result<(), ExecutorValidationError> {
-        DefaultExecutor {}.validate(spec)
+        super::lookpath::validate(spec)
     }
 }

@@ -23,6 +23,7 @@ pub mod exec;
 mod exec_parts;
 pub mod fdpass;
 mod fork;
+mod lookpath;
 pub mod monitor;
 mod oci;
 mod oci_exec;

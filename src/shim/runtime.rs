@@ -58,7 +58,7 @@ impl Shim {
                 .map(|p| p.as_raw())
                 .ok_or_else(|| "created container has no pid".to_string())
         })
-        .map_err(internal)
+        .map_err(|e| super::lookpath::failure(&format!("create container {id}"), e))
     }
 
     /// Lets the created container's payload run.

@@ -152,7 +152,8 @@ impl Streams {
     ) {
         let started = match oci {
             Some(o) => super::oci_exec::stream(&o, dir, req),
-            None => start_exec(youki, dir, req).map_err(|e| (13, e)),
+            None => start_exec(youki, dir, req)
+                .map_err(|e| super::lookpath::failure(&format!("exec in {}", req.id), e)),
         };
         match started {
             Ok((pid, fds, which)) => {

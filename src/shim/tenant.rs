@@ -29,9 +29,7 @@
 //!   for this as for a seccomp filter (CAP_SYS_ADMIN to enter).
 
 use libcontainer::oci_spec::runtime::{LinuxSeccomp, Spec};
-use libcontainer::workload::{
-    default::DefaultExecutor, Executor, ExecutorError, ExecutorValidationError,
-};
+use libcontainer::workload::{Executor, ExecutorError, ExecutorValidationError};
 use serde_json::Value;
 use std::str::FromStr;
 
@@ -244,11 +242,11 @@ impl Executor for TenantExecutor {
                 .map_err(|e| other(format!("restore the container's capabilities: {e}")))?;
         }
         super::payload::before_execve()?;
-        DefaultExecutor {}.exec(spec)
+        super::lookpath::exec(spec)
     }
 
     fn validate(&self, spec: &Spec) -> Result<(), ExecutorValidationError> {
-        DefaultExecutor {}.validate(spec)
+        super::lookpath::validate(spec)
     }
 }
 

@@ -46,6 +46,20 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// A file of `../shared/` beside the checkout (the real plugins, shims
+/// and runtimes the suite runs); the suite needs it there.
+pub fn shared(rel: &str) -> std::path::PathBuf {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared")
+        .join(rel);
+    assert!(
+        p.exists(),
+        "{} is missing: the suite runs the real runtimes of ../shared/ beside the checkout",
+        p.display()
+    );
+    p
+}
+
 /// Writes `text` to `path` as an executable (mode 0755).
 ///
 /// The file is written by a child `sh`, not by this process: a test binary
