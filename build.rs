@@ -1,6 +1,8 @@
-//! Compiles the CRI v1 API (vendored from k8s.io/cri-api) and husk's own
-//! gRPC APIs (proto/husk) with a vendored protoc, so the build does not
-//! depend on the host's protobuf compiler version.
+//! Compiles the CRI v1 API (vendored from k8s.io/cri-api), husk's own
+//! gRPC APIs (proto/husk) and the messages of NRI's API (vendored from
+//! github.com/containerd/nri v0.12.0, pkg/api; spoken over ttrpc by
+//! `src/nri`, so no gRPC stubs) with a vendored protoc, so the build does
+//! not depend on the host's protobuf compiler version.
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let protoc = protoc_bin_vendored::protoc_bin_path()?;
     std::env::set_var("PROTOC", protoc);
@@ -17,5 +19,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ],
         &["proto"],
     )?;
+    tonic_prost_build::configure()
+        .build_client(false)
+        .build_server(false)
+        .compile_protos(&["proto/nri/v1alpha1/api.proto"], &["proto"])?;
     Ok(())
 }

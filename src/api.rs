@@ -1,6 +1,7 @@
 //! Generated gRPC code: CRI v1 (`runtime.v1`, from the vendored
-//! k8s.io/cri-api proto) and husk's own admin API (`husk.v1`); and the
-//! channel a client opens to an endpoint's unix socket.
+//! k8s.io/cri-api proto), husk's own admin API (`husk.v1`) and NRI's
+//! messages (`nri.pkg.api.v1alpha1`, spoken over ttrpc by `nri/`); and
+//! the channel a client opens to an endpoint's unix socket.
 
 use tonic::transport::{Channel, Endpoint};
 
@@ -17,6 +18,11 @@ pub mod admin {
 #[allow(clippy::all, clippy::unwrap_used, missing_docs)]
 pub mod shim {
     tonic::include_proto!("husk.shim.v1");
+}
+
+#[allow(clippy::all, clippy::unwrap_used, missing_docs)]
+pub mod nri {
+    tonic::include_proto!("nri.pkg.api.v1alpha1");
 }
 
 /// Connects to `unix:///path` (or a bare path).

@@ -11,8 +11,10 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 pub mod layers;
+pub mod nri;
 pub mod runtimes;
 pub mod telemetry;
+pub use nri::NriConfig;
 pub use runtimes::RuntimeConfig;
 pub use telemetry::TracingConfig;
 
@@ -46,6 +48,7 @@ pub struct Config {
     pub cdi: CdiConfig,
     pub metrics: MetricsConfig,
     pub tracing: TracingConfig,
+    pub nri: NriConfig,
     /// The handler a pod that names none (`""`) runs under.
     pub default_runtime: String,
     /// The runtime handlers by name (`runtimes.rs`).
@@ -147,6 +150,7 @@ impl Default for Config {
             cdi: CdiConfig::default(),
             metrics: MetricsConfig::default(),
             tracing: TracingConfig::default(),
+            nri: NriConfig::default(),
             default_runtime: "husk".into(),
             runtimes: runtimes::defaults(),
         }

@@ -19,6 +19,7 @@ pub mod logging;
 pub mod logs;
 pub mod metrics;
 pub mod network;
+pub mod nri;
 pub mod oci;
 pub mod otel;
 pub mod reference;

@@ -62,6 +62,15 @@ pub struct ServeFlags {
     /// Prometheus metrics at /metrics: ip:port or unix:///path [default: none].
     #[arg(long)]
     pub metrics_address: Option<String>,
+    /// The socket NRI plugins dial [default: /var/run/nri/nri.sock].
+    #[arg(long)]
+    pub nri_socket: Option<PathBuf>,
+    /// Pre-installed NRI plugins [default: /opt/nri/plugins].
+    #[arg(long)]
+    pub nri_plugin_path: Option<PathBuf>,
+    /// Their configs [default: /etc/nri/conf.d].
+    #[arg(long)]
+    pub nri_plugin_config_path: Option<PathBuf>,
 }
 
 /// Config file + flags, validated; errors are one line, exit code 2.
@@ -150,6 +159,18 @@ pub fn load_layered(f: &ServeFlags) -> Result<Layered, ConfigError> {
     if let Some(v) = &f.metrics_address {
         c.metrics.address = v.clone();
         set.push(("metrics.address", "--metrics-address"));
+    }
+    if let Some(v) = &f.nri_socket {
+        c.nri.socket_path = v.clone();
+        set.push(("nri.socket_path", "--nri-socket"));
+    }
+    if let Some(v) = &f.nri_plugin_path {
+        c.nri.plugin_path = v.clone();
+        set.push(("nri.plugin_path", "--nri-plugin-path"));
+    }
+    if let Some(v) = &f.nri_plugin_config_path {
+        c.nri.plugin_config_path = v.clone();
+        set.push(("nri.plugin_config_path", "--nri-plugin-config-path"));
     }
     for (key, flag) in set {
         l.flag(key, flag);

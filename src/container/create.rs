@@ -99,6 +99,11 @@ impl ContainerManager {
             self.lock().1.remove(&name);
             self.discard(Some(sandbox_id), &id);
         }
+        if r.is_ok() {
+            if let Some((nri, pod, c)) = self.nri_event(&id) {
+                nri.post_create_container(&pod, &c).await;
+            }
+        }
         r.map(|_| id)
     }
 
@@ -305,9 +310,6 @@ impl ContainerManager {
         if let Some(u) = &pod.userns {
             crate::sandbox::spec::user_namespace(&mut spec, u);
         }
-        atomic::write_state_json(&dir.join("config.json"), &spec)
-            .map_err(SandboxError::io("write container spec"))?;
-        steps.end("spec");
         let log_path = if c.log_path.is_empty() || pod.log_directory.is_empty() {
             String::new()
         } else {
@@ -349,6 +351,11 @@ impl ContainerManager {
             }),
             image_volumes: found.volumes.iter().map(|v| v.image.id.clone()).collect(),
         };
+        // The node's resource plugins adjust the spec last (NRI).
+        self.adjust_spec(&pod, &rec, &mut spec)?;
+        atomic::write_state_json(&dir.join("config.json"), &spec)
+            .map_err(SandboxError::io("write container spec"))?;
+        steps.end("spec");
         self.watch_pod_exits(sandbox_id);
         let made = shim_call(
             &self.sandboxes.shim_dir(sandbox_id),

@@ -38,6 +38,8 @@ pub struct ContainerManager {
     pub(super) events: Emitter,
     pub(super) exits: super::exit_watch::ExitWatch,
     pub(super) cpu_samples: super::cpu_samples::CpuSamples,
+    /// The NRI plugins that adjust each new container (`nri_view.rs`).
+    pub(super) nri: std::sync::OnceLock<Arc<crate::nri::Nri>>,
     pub(super) layer_usage: super::layer_usage::LayerUsage,
     /// Where CDI specs are read, lowest priority first (`cdi/`).
     /// CDI spec dirs (changed by a reload).
@@ -99,6 +101,7 @@ impl ContainerManager {
             events,
             exits: super::exit_watch::ExitWatch::new(),
             cpu_samples: Default::default(),
+            nri: Default::default(),
             layer_usage: Default::default(),
             cdi_dirs: std::sync::RwLock::new(crate::config::CdiConfig::default().spec_dirs),
         };

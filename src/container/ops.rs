@@ -16,8 +16,8 @@ use super::manager::*;
 use super::record::ContainerState;
 
 impl ContainerManager {
-    /// StartContainer.
-    pub async fn start(self: &Arc<Self>, id: &str) -> Result<(), SandboxError> {
+    /// StartContainer without NRI's events (`lifecycle.rs`).
+    pub(super) async fn start_task(self: &Arc<Self>, id: &str) -> Result<(), SandboxError> {
         let id = self
             .resolve(id)
             .ok_or_else(|| SandboxError::NotFound(format!("container {id} not found")))?;
@@ -70,11 +70,15 @@ impl ContainerManager {
         self.kill_at.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// StopContainer: the stop signal, then SIGKILL to every process after
-    /// `timeout`; idempotent; an unknown id is success. While a stop is
+    /// StopContainer without NRI's events (`lifecycle.rs`): the stop
+    /// signal, then SIGKILL to every process after `timeout`; idempotent; an unknown id is success. While a stop is
     /// under way, another one only brings its SIGKILL forward (a shorter
     /// grace period, as the kubelet sends for a second delete) and waits.
-    pub async fn stop(self: &Arc<Self>, id: &str, timeout: Duration) -> Result<(), SandboxError> {
+    pub(super) async fn stop_task(
+        self: &Arc<Self>,
+        id: &str,
+        timeout: Duration,
+    ) -> Result<(), SandboxError> {
         let Some(id) = self.resolve(id) else {
             return Ok(());
         };
@@ -170,8 +174,9 @@ impl ContainerManager {
         Ok(())
     }
 
-    /// RemoveContainer: stops first; idempotent; an unknown id is success.
-    pub async fn remove(self: &Arc<Self>, id: &str) -> Result<(), SandboxError> {
+    /// RemoveContainer without NRI's events (`lifecycle.rs`): stops
+    /// first; idempotent; an unknown id is success.
+    pub(super) async fn remove_task(self: &Arc<Self>, id: &str) -> Result<(), SandboxError> {
         let Some(id) = self.resolve(id) else {
             return Ok(());
         };

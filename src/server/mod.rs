@@ -171,6 +171,8 @@ pub async fn serve(cfg: Config, reload: Option<reload::Reloader>) -> anyhow::Res
     let cdi_dirs = cfg.cdi.spec_dirs.clone();
     let (emitter, raw_events) = crate::container::events::channel();
     let (failed_tx, failed_rx) = tokio::sync::oneshot::channel::<anyhow::Error>();
+    let nri_state = state.clone();
+    let nri_cfg = cfg.nri.clone();
     tokio::spawn(async move {
         let r = tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
             let images = Arc::new(ImageManager::open(store_cfg).context("open image store")?);
@@ -197,6 +199,12 @@ pub async fn serve(cfg: Config, reload: Option<reload::Reloader>) -> anyhow::Res
             Ok(())
         })
         .await;
+        // NRI's plugins join once every pod and container is known, so
+        // their Synchronize misses none.
+        let r = match r {
+            Ok(Ok(())) => start_nri(&nri_state, &nri_cfg).await.map(Ok),
+            r => r.map_err(anyhow::Error::from),
+        };
         match r {
             Ok(Ok(())) => {
                 tracing::info!("recovery done; serving");
@@ -206,7 +214,7 @@ pub async fn serve(cfg: Config, reload: Option<reload::Reloader>) -> anyhow::Res
                 let _ = failed_tx.send(e);
             }
             Err(e) => {
-                let _ = failed_tx.send(anyhow::anyhow!("recovery task: {e}"));
+                let _ = failed_tx.send(anyhow::anyhow!("recovery: {e:#}"));
             }
         }
     });
@@ -254,5 +262,20 @@ pub async fn serve(cfg: Config, reload: Option<reload::Reloader>) -> anyhow::Res
         return Err(e);
     }
     tracing::info!("husk serve stopped");
+    Ok(())
+}
+
+/// Starts hosting NRI plugins (`[nri]`), handing the chain to the
+/// container manager.
+async fn start_nri(state: &Arc<State>, cfg: &crate::config::NriConfig) -> anyhow::Result<()> {
+    let Some(nri) = crate::nri::Nri::start(cfg).await? else {
+        return Ok(());
+    };
+    let containers = state
+        .containers()
+        .map_err(|e| anyhow::anyhow!("{}", e.message()))?;
+    let view = containers.clone();
+    nri.set_snapshot(Arc::new(move || view.nri_snapshot()));
+    containers.set_nri(nri);
     Ok(())
 }

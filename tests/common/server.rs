@@ -60,6 +60,11 @@ impl Husk {
         std::fs::write(d.join("hosts.toml"), text).unwrap();
     }
 
+    /// The socket NRI plugins dial.
+    pub fn nri_socket(&self) -> std::path::PathBuf {
+        self.dir.path().join("nri.sock")
+    }
+
     pub fn command(&self) -> Command {
         let mut c = Command::new(env!("CARGO_BIN_EXE_husk"));
         c.arg("serve")
@@ -77,6 +82,16 @@ impl Husk {
             .arg(self.certs_d())
             .arg("--cni-conf-dir")
             .arg(self.dir.path().join("net.d"));
+        // NRI's socket and plugin dirs are the test's own.
+        if !self.extra.iter().any(|a| a == "--nri-socket") {
+            c.arg("--nri-socket").arg(self.nri_socket());
+        }
+        if !self.extra.iter().any(|a| a == "--nri-plugin-path") {
+            c.arg("--nri-plugin-path")
+                .arg(self.dir.path().join("nri-plugins"))
+                .arg("--nri-plugin-config-path")
+                .arg(self.dir.path().join("nri-conf"));
+        }
         // A test whose config file sets the level keeps it (a reload may
         // change it; a flag would win over the file).
         let file = std::fs::read_to_string(self.dir.path().join("none.toml")).unwrap_or_default();

@@ -20,10 +20,13 @@ pub async fn handle(
         for c in containers.of_sandbox(&id) {
             containers.remove(&c).await?;
         }
-        removed = sandboxes.get(&id);
+        removed = sandboxes.get(&id).map(|r| (r, containers.nri_pod(&id)));
     }
     sandboxes.remove(&req.pod_sandbox_id).await?;
-    if let Some(r) = removed {
+    if let Some((r, nri)) = removed {
+        if let Some((nri, pod)) = nri {
+            nri.remove_pod_sandbox(&pod).await;
+        }
         let id = r.id.clone();
         state
             .containers()?

@@ -16,6 +16,18 @@ pub async fn handle(
         .ok_or_else(|| Status::invalid_argument("config is required"))?;
     state.handlers.current().get(&req.runtime_handler)?;
     let id = sandboxes.run(config, req.runtime_handler).await?;
+    // The node's resource plugins see the pod; one that fails it fails
+    // the run, and the pod is undone.
+    if let Some((nri, pod)) = state.containers()?.nri_pod(&id) {
+        if let Err(e) = nri.run_pod_sandbox(&pod).await {
+            nri.remove_pod_sandbox(&pod).await;
+            let _ = sandboxes.stop(&id).await;
+            let _ = sandboxes.remove(&id).await;
+            return Err(Status::failed_precondition(format!(
+                "NRI RunPodSandbox failed: {e}"
+            )));
+        }
+    }
     if let Ok(c) = state.containers() {
         c.emit_sandbox(Kind::Created, &id, None);
         c.emit_sandbox(Kind::Started, &id, None);

@@ -28,7 +28,11 @@ pub async fn handle(
     }
     sandboxes.stop(&req.pod_sandbox_id).await?;
     if let Some(id) = was_ready {
-        state.containers()?.emit_sandbox(Kind::Stopped, &id, None);
+        let containers = state.containers()?;
+        if let Some((nri, pod)) = containers.nri_pod(&id) {
+            nri.stop_pod_sandbox(&pod).await;
+        }
+        containers.emit_sandbox(Kind::Stopped, &id, None);
     }
     Ok(StopPodSandboxResponse {})
 }

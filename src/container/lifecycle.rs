@@ -1,0 +1,70 @@
+//! StartContainer, StopContainer and RemoveContainer as the CRI sees
+//! them: husk's own steps (`ops.rs`) with NRI's events at containerd's
+//! points around them.
+//!
+//! - Start: plugins' StartContainer first (an error fails the start, and
+//!   they are told StopContainer), then PostStartContainer.
+//! - Stop: StopContainer once a running container has stopped.
+//! - Remove: RemoveContainer once it is gone.
+
+use super::manager::ContainerManager;
+use super::record::ContainerState;
+use crate::sandbox::SandboxError;
+use std::sync::Arc;
+use std::time::Duration;
+
+impl ContainerManager {
+    /// StartContainer.
+    pub async fn start(self: &Arc<Self>, id: &str) -> Result<(), SandboxError> {
+        let view = self
+            .resolve(id)
+            .filter(|id| {
+                self.get(id)
+                    .is_some_and(|r| r.state == ContainerState::Created)
+            })
+            .and_then(|id| self.nri_event(&id));
+        if let Some((nri, pod, c)) = &view {
+            nri.start_container(pod, c)
+                .await
+                .map_err(SandboxError::Refused)?;
+        }
+        let r = self.start_task(id).await;
+        if let Some((nri, pod, c)) = view {
+            match &r {
+                Ok(()) => {
+                    let now = self.nri_view(&c.id).map(|(_, c)| c).unwrap_or(c);
+                    nri.post_start_container(&pod, &now).await
+                }
+                Err(_) => nri.stop_container(&pod, &c).await,
+            }
+        }
+        r
+    }
+
+    /// StopContainer.
+    pub async fn stop(self: &Arc<Self>, id: &str, timeout: Duration) -> Result<(), SandboxError> {
+        let running = self.resolve(id).filter(|id| {
+            self.get(id)
+                .is_some_and(|r| r.state == ContainerState::Running)
+        });
+        self.stop_task(id, timeout).await?;
+        if let Some((nri, pod, c)) = running.and_then(|id| self.nri_event(&id)) {
+            nri.stop_container(&pod, &c).await;
+        }
+        Ok(())
+    }
+
+    /// RemoveContainer.
+    pub async fn remove(self: &Arc<Self>, id: &str) -> Result<(), SandboxError> {
+        // Stopped first, so the view is of the stopped container.
+        if let Some(full) = self.resolve(id) {
+            self.stop(&full, Duration::ZERO).await?;
+        }
+        let view = self.resolve(id).and_then(|id| self.nri_event(&id));
+        self.remove_task(id).await?;
+        if let Some((nri, pod, c)) = view {
+            nri.remove_container(&pod, &c).await;
+        }
+        Ok(())
+    }
+}

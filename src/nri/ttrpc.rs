@@ -1,0 +1,459 @@
+//! ttrpc over NRI's multiplexed connection: the wire of one plugin.
+//!
+//! A plugin's socket is a trunk carrying two connections (containerd/nri
+//! `pkg/net/multiplex`): each chunk is `[conn id u32 BE][length u32 BE]`
+//! then that many bytes of the connection's byte stream. On connection 1
+//! (the plugin's services) husk is the ttrpc client; on connection 2 (the
+//! runtime's services) husk is the server. Each connection carries ttrpc
+//! frames: `[length u32 BE][stream id u32 BE][type u8][flags u8]` then a
+//! protobuf `Request` (type 1) or `Response` (type 2).
+//!
+//! [`Conn`] owns the trunk: a reader task sorts frames, answers the
+//! plugin's requests through a [`Serve`] callback, and hands responses
+//! to the calls waiting for them. When the trunk closes, every waiting
+//! call fails and [`Conn::closed`] resolves.
+
+use prost::Message;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::UnixStream;
+use tokio::sync::{oneshot, watch};
+
+/// The plugin's services (husk calls).
+pub const PLUGIN_CONN: u32 = 1;
+/// The runtime's services (the plugin calls).
+pub const RUNTIME_CONN: u32 = 2;
+const TTRPC_HEADER: usize = 10;
+/// ttrpc's largest message.
+pub const MAX_MESSAGE: usize = 4 << 20;
+const TYPE_REQUEST: u8 = 1;
+const TYPE_RESPONSE: u8 = 2;
+
+/// ttrpc's request envelope.
+#[derive(Clone, PartialEq, Message)]
+pub struct Request {
+    #[prost(string, tag = "1")]
+    pub service: String,
+    #[prost(string, tag = "2")]
+    pub method: String,
+    #[prost(bytes = "vec", tag = "3")]
+    pub payload: Vec<u8>,
+    #[prost(int64, tag = "4")]
+    pub timeout_nano: i64,
+}
+
+/// ttrpc's response envelope.
+#[derive(Clone, PartialEq, Message)]
+pub struct Response {
+    #[prost(message, optional, tag = "1")]
+    pub status: Option<Status>,
+    #[prost(bytes = "vec", tag = "2")]
+    pub payload: Vec<u8>,
+}
+
+/// google.rpc.Status, without details.
+#[derive(Clone, PartialEq, Message)]
+pub struct Status {
+    #[prost(int32, tag = "1")]
+    pub code: i32,
+    #[prost(string, tag = "2")]
+    pub message: String,
+}
+
+/// A failed call.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum CallError {
+    /// The plugin answered with an error status.
+    #[error("{message} (code {code})")]
+    Status { code: i32, message: String },
+    /// No answer within the timeout.
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+    /// The connection is gone, or spoke no ttrpc.
+    #[error("connection closed: {0}")]
+    Closed(String),
+}
+
+impl CallError {
+    /// Whether the plugin can no longer be trusted with requests: closed,
+    /// hung past its timeout, or speaking garbage (NRI's `isFatalError`).
+    pub fn is_fatal(&self) -> bool {
+        !matches!(self, CallError::Status { .. })
+    }
+}
+
+/// What the plugin asks of husk: `(service, method, payload)` to a
+/// payload or an error status.
+pub type Serve = Arc<dyn Fn(&str, &str, &[u8]) -> Result<Vec<u8>, Status> + Send + Sync>;
+
+type Pending = Arc<Mutex<HashMap<u32, oneshot::Sender<Result<Vec<u8>, CallError>>>>>;
+
+/// One plugin's trunk.
+pub struct Conn {
+    writer: Arc<tokio::sync::Mutex<OwnedWriteHalf>>,
+    pending: Pending,
+    next: AtomicU32,
+    closed: watch::Receiver<Option<String>>,
+}
+
+impl Conn {
+    /// Takes `stream` and starts reading it.
+    pub fn start(stream: UnixStream, serve: Serve) -> Arc<Conn> {
+        let (r, w) = stream.into_split();
+        let (tx, rx) = watch::channel(None);
+        let conn = Arc::new(Conn {
+            writer: Arc::new(tokio::sync::Mutex::new(w)),
+            pending: Arc::default(),
+            next: AtomicU32::new(1),
+            closed: rx,
+        });
+        let (writer, pending) = (conn.writer.clone(), conn.pending.clone());
+        tokio::spawn(async move {
+            let why = read_loop(r, writer.clone(), pending.clone(), serve).await;
+            let why = match why {
+                Ok(()) => "the plugin closed it".to_string(),
+                Err(e) => e,
+            };
+            for (_, waiter) in pending.lock().unwrap_or_else(|p| p.into_inner()).drain() {
+                let _ = waiter.send(Err(CallError::Closed(why.clone())));
+            }
+            let _ = writer.lock().await.shutdown().await;
+            let _ = tx.send(Some(why));
+        });
+        conn
+    }
+
+    /// Calls `service/method` on the plugin, waiting at most `timeout`.
+    pub async fn call(
+        &self,
+        service: &str,
+        method: &str,
+        payload: Vec<u8>,
+        timeout: Duration,
+    ) -> Result<Vec<u8>, CallError> {
+        if let Some(why) = self.closed.borrow().clone() {
+            return Err(CallError::Closed(why));
+        }
+        let id = self.next.fetch_add(2, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        self.pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, tx);
+        let req = Request {
+            service: service.into(),
+            method: method.into(),
+            payload,
+            timeout_nano: timeout.as_nanos().min(i64::MAX as u128) as i64,
+        };
+        let sent = write_frame(
+            &self.writer,
+            PLUGIN_CONN,
+            id,
+            TYPE_REQUEST,
+            &req.encode_to_vec(),
+        )
+        .await;
+        if let Err(e) = sent {
+            self.forget(id);
+            return Err(CallError::Closed(e));
+        }
+        match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(_)) => Err(CallError::Closed("the reader is gone".into())),
+            Err(_) => {
+                self.forget(id);
+                Err(CallError::Timeout(timeout))
+            }
+        }
+    }
+
+    fn forget(&self, id: u32) {
+        self.pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&id);
+    }
+
+    /// Resolves when the trunk is closed; the reason.
+    pub async fn closed(&self) -> String {
+        let mut rx = self.closed.clone();
+        loop {
+            if let Some(why) = rx.borrow().clone() {
+                return why;
+            }
+            if rx.changed().await.is_err() {
+                return "the connection is gone".into();
+            }
+        }
+    }
+
+    /// Whether the trunk is closed.
+    pub fn is_closed(&self) -> bool {
+        self.closed.borrow().is_some()
+    }
+
+    /// Closes the trunk (the reader then fails every waiting call).
+    pub async fn close(&self) {
+        let _ = self.writer.lock().await.shutdown().await;
+    }
+}
+
+/// Reads chunks until the trunk ends; an error says why it was dropped.
+async fn read_loop(
+    mut r: OwnedReadHalf,
+    writer: Arc<tokio::sync::Mutex<OwnedWriteHalf>>,
+    pending: Pending,
+    serve: Serve,
+) -> Result<(), String> {
+    // The byte stream of each connection, until a frame is whole.
+    let mut streams: HashMap<u32, Vec<u8>> = HashMap::new();
+    loop {
+        let mut hdr = [0u8; 8];
+        match r.read_exact(&mut hdr).await {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
+            Err(e) => return Err(format!("read: {e}")),
+        }
+        let conn = u32::from_be_bytes([hdr[0], hdr[1], hdr[2], hdr[3]]);
+        let len = u32::from_be_bytes([hdr[4], hdr[5], hdr[6], hdr[7]]) as usize;
+        if len > MAX_MESSAGE + TTRPC_HEADER {
+            return Err(format!("a chunk of {len} bytes, over ttrpc's limit"));
+        }
+        if conn != PLUGIN_CONN && conn != RUNTIME_CONN {
+            return Err(format!(
+                "a chunk for connection {conn}, which NRI does not use"
+            ));
+        }
+        let mut chunk = vec![0u8; len];
+        r.read_exact(&mut chunk)
+            .await
+            .map_err(|e| format!("read: {e}"))?;
+        let buf = streams.entry(conn).or_default();
+        buf.extend_from_slice(&chunk);
+        while let Some((id, kind, body)) = take_frame(buf)? {
+            match (conn, kind) {
+                (PLUGIN_CONN, TYPE_RESPONSE) => {
+                    let resp = Response::decode(body.as_slice())
+                        .map_err(|e| format!("a response that is not ttrpc's: {e}"))?;
+                    let r = match resp.status {
+                        Some(s) if s.code != 0 => Err(CallError::Status {
+                            code: s.code,
+                            message: s.message,
+                        }),
+                        _ => Ok(resp.payload),
+                    };
+                    let waiter = pending
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .remove(&id);
+                    if let Some(w) = waiter {
+                        let _ = w.send(r);
+                    }
+                }
+                (RUNTIME_CONN, TYPE_REQUEST) => {
+                    let req = Request::decode(body.as_slice())
+                        .map_err(|e| format!("a request that is not ttrpc's: {e}"))?;
+                    let resp = match serve(&req.service, &req.method, &req.payload) {
+                        Ok(payload) => Response {
+                            status: None,
+                            payload,
+                        },
+                        Err(s) => Response {
+                            status: Some(s),
+                            payload: Vec::new(),
+                        },
+                    };
+                    write_frame(
+                        &writer,
+                        RUNTIME_CONN,
+                        id,
+                        TYPE_RESPONSE,
+                        &resp.encode_to_vec(),
+                    )
+                    .await?;
+                }
+                (c, k) => return Err(format!("a frame of type {k} on connection {c}")),
+            }
+        }
+    }
+}
+
+/// The next whole ttrpc frame of `buf`, taken out of it.
+fn take_frame(buf: &mut Vec<u8>) -> Result<Option<(u32, u8, Vec<u8>)>, String> {
+    if buf.len() < TTRPC_HEADER {
+        return Ok(None);
+    }
+    let len = u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
+    if len > MAX_MESSAGE {
+        return Err(format!("a ttrpc message of {len} bytes, over its limit"));
+    }
+    if buf.len() < TTRPC_HEADER + len {
+        return Ok(None);
+    }
+    let id = u32::from_be_bytes([buf[4], buf[5], buf[6], buf[7]]);
+    let kind = buf[8];
+    let body = buf[TTRPC_HEADER..TTRPC_HEADER + len].to_vec();
+    buf.drain(..TTRPC_HEADER + len);
+    Ok(Some((id, kind, body)))
+}
+
+/// One ttrpc frame on connection `conn`, as one chunk of the trunk.
+async fn write_frame(
+    writer: &tokio::sync::Mutex<OwnedWriteHalf>,
+    conn: u32,
+    id: u32,
+    kind: u8,
+    body: &[u8],
+) -> Result<(), String> {
+    if body.len() > MAX_MESSAGE {
+        return Err(format!(
+            "a message of {} bytes, over ttrpc's limit",
+            body.len()
+        ));
+    }
+    let mut out = Vec::with_capacity(8 + TTRPC_HEADER + body.len());
+    out.extend_from_slice(&conn.to_be_bytes());
+    out.extend_from_slice(&((TTRPC_HEADER + body.len()) as u32).to_be_bytes());
+    out.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    out.extend_from_slice(&id.to_be_bytes());
+    out.push(kind);
+    out.push(0);
+    out.extend_from_slice(body);
+    let mut w = writer.lock().await;
+    w.write_all(&out).await.map_err(|e| format!("write: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_are_taken_whole_and_in_order() {
+        let mut buf = Vec::new();
+        for (id, body) in [(1u32, b"ab".to_vec()), (3, b"cde".to_vec())] {
+            buf.extend_from_slice(&(body.len() as u32).to_be_bytes());
+            buf.extend_from_slice(&id.to_be_bytes());
+            buf.extend_from_slice(&[TYPE_RESPONSE, 0]);
+            buf.extend_from_slice(&body);
+        }
+        let tail = buf.split_off(buf.len() - 1);
+        assert_eq!(
+            take_frame(&mut buf).expect("test"),
+            Some((1, TYPE_RESPONSE, b"ab".to_vec()))
+        );
+        assert_eq!(take_frame(&mut buf).expect("test"), None, "not whole yet");
+        buf.extend_from_slice(&tail);
+        assert_eq!(
+            take_frame(&mut buf).expect("test"),
+            Some((3, TYPE_RESPONSE, b"cde".to_vec()))
+        );
+        assert!(buf.is_empty());
+    }
+
+    #[test]
+    fn an_oversized_frame_is_refused() {
+        let mut buf = ((MAX_MESSAGE + 1) as u32).to_be_bytes().to_vec();
+        buf.extend_from_slice(&[0; 6]);
+        assert!(take_frame(&mut buf).is_err());
+    }
+
+    #[tokio::test]
+    async fn a_call_is_answered_and_a_request_served_over_one_trunk() {
+        let (a, mut b) = UnixStream::pair().expect("pair");
+        let serve: Serve = Arc::new(|s, m, p| {
+            if s == "svc" && m == "Echo" {
+                Ok(p.to_vec())
+            } else {
+                Err(Status {
+                    code: 12,
+                    message: format!("{s}/{m}"),
+                })
+            }
+        });
+        let conn = Conn::start(a, serve);
+        // The far side: answer the call on connection 1 in two chunks,
+        // then make a request on connection 2.
+        let far = tokio::spawn(async move {
+            let mut hdr = [0u8; 8];
+            b.read_exact(&mut hdr).await.expect("test");
+            let len = u32::from_be_bytes(hdr[4..8].try_into().expect("test")) as usize;
+            let mut frame = vec![0u8; len];
+            b.read_exact(&mut frame).await.expect("test");
+            let mut fb = frame.clone();
+            let (id, kind, body) = take_frame(&mut fb).expect("test").expect("test");
+            assert_eq!(kind, TYPE_REQUEST);
+            let req = Request::decode(body.as_slice()).expect("test");
+            assert_eq!((req.service.as_str(), req.method.as_str()), ("p", "Hello"));
+            let resp = Response {
+                status: None,
+                payload: b"hi".to_vec(),
+            }
+            .encode_to_vec();
+            let mut f = (resp.len() as u32).to_be_bytes().to_vec();
+            f.extend_from_slice(&id.to_be_bytes());
+            f.extend_from_slice(&[TYPE_RESPONSE, 0]);
+            f.extend_from_slice(&resp);
+            for part in [&f[..3], &f[3..]] {
+                let mut c = PLUGIN_CONN.to_be_bytes().to_vec();
+                c.extend_from_slice(&(part.len() as u32).to_be_bytes());
+                c.extend_from_slice(part);
+                b.write_all(&c).await.expect("test");
+            }
+            let req = Request {
+                service: "svc".into(),
+                method: "Echo".into(),
+                payload: b"ping".to_vec(),
+                timeout_nano: 0,
+            }
+            .encode_to_vec();
+            let mut f = (req.len() as u32).to_be_bytes().to_vec();
+            f.extend_from_slice(&1u32.to_be_bytes());
+            f.extend_from_slice(&[TYPE_REQUEST, 0]);
+            f.extend_from_slice(&req);
+            let mut c = RUNTIME_CONN.to_be_bytes().to_vec();
+            c.extend_from_slice(&(f.len() as u32).to_be_bytes());
+            c.extend_from_slice(&f);
+            b.write_all(&c).await.expect("test");
+            b.read_exact(&mut hdr).await.expect("test");
+            assert_eq!(
+                u32::from_be_bytes(hdr[0..4].try_into().expect("test")),
+                RUNTIME_CONN
+            );
+            let len = u32::from_be_bytes(hdr[4..8].try_into().expect("test")) as usize;
+            let mut frame = vec![0u8; len];
+            b.read_exact(&mut frame).await.expect("test");
+            let (_, kind, body) = take_frame(&mut frame).expect("test").expect("test");
+            assert_eq!(kind, TYPE_RESPONSE);
+            Response::decode(body.as_slice()).expect("test").payload
+        });
+        let got = conn
+            .call("p", "Hello", b"x".to_vec(), Duration::from_secs(5))
+            .await;
+        assert_eq!(got, Ok(b"hi".to_vec()));
+        assert_eq!(far.await.expect("test"), b"ping".to_vec());
+        // The far side is gone: the trunk is closed, calls fail at once.
+        assert!(!conn.closed().await.is_empty());
+        let e = conn
+            .call("p", "Hello", vec![], Duration::from_secs(5))
+            .await
+            .expect_err("closed");
+        assert!(e.is_fatal(), "{e:?}");
+    }
+
+    #[tokio::test]
+    async fn a_silent_plugin_times_out() {
+        let (a, _b) = UnixStream::pair().expect("pair");
+        let conn = Conn::start(a, Arc::new(|_, _, _| Ok(vec![])));
+        let e = conn
+            .call("p", "Hello", vec![], Duration::from_millis(50))
+            .await
+            .expect_err("no answer");
+        assert_eq!(e, CallError::Timeout(Duration::from_millis(50)));
+        assert!(e.is_fatal());
+    }
+}

@@ -1,0 +1,356 @@
+//! NRI through a real husk serve, proven by containerd/nri v0.12's own
+//! plugins (`../shared/nri/`, static builds the suite runs from there):
+//!
+//! - `nri-logger` sees every event of a pod's life, in NRI's order, and
+//!   its `Synchronize` lists the pod and container that ran before it
+//!   connected; its `-add-env` reaches the container's environment.
+//! - `nri-device-injector` injects a device node, a mount and a CDI
+//!   device from pod annotations (its README's syntax), seen inside the
+//!   container; `nri-ulimit-adjuster` sets RLIMIT_NOFILE and
+//!   RLIMIT_MEMLOCK, seen in `/proc/self/limits`.
+//! - Two plugins setting one field: the container is refused naming both
+//!   plugins and the field, and nothing of it is left.
+//! - A plugin that hangs (SIGSTOP) and one killed: pods keep starting,
+//!   each request bounded by the request timeout, the plugins dropped.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::ctr::{ccfg, create_start, exec_sync, pod_config};
+use common::images::busybox_entries;
+use common::images::{Compression, Format, Layer, Pusher};
+use common::pod::*;
+use husk::api::cri::*;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use tonic::Code;
+
+async fn image(p: &Pod) -> String {
+    let img = common::images::Image::with_config(
+        vec![Layer::new(&busybox_entries(), Compression::Gzip)],
+        "amd64",
+        serde_json::json!({"Env": ["PATH=/bin"]}),
+    );
+    Pusher::new(&p.reg)
+        .image("app/nri", "v1", &img, Format::Oci)
+        .await;
+    let r = format!("{}/app/nri:v1", p.reg.host());
+    p.h.pull(&r).await.unwrap();
+    r
+}
+
+/// A plugin of `../shared/nri/` dialing the server's socket; killed on
+/// drop.
+struct Plugin(Child);
+
+impl Plugin {
+    /// Starts `binary` and waits until the server has it in its chain as
+    /// `id` (`<idx>-<name>`).
+    async fn start(p: &Pod, binary: &str, id: &str, args: &[&str]) -> Plugin {
+        let before = connected(p, id);
+        let child = Command::new(common::shared(&format!("nri/{binary}")))
+            // The samples name the flag two ways.
+            .arg(match binary {
+                "nri-logger" | "nri-device-injector" => "-socket-path",
+                _ => "-socket",
+            })
+            .arg(p.h.nri_socket())
+            .arg("-idx")
+            .arg(&id[..2])
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        wait_for!(20, format!("{id} to connect"), {
+            (connected(p, id) > before).then_some(())
+        });
+        Plugin(child)
+    }
+
+    fn signal(&self, sig: i32) {
+        // SAFETY: kill(2) on the plugin this test started.
+        unsafe { libc::kill(self.0.id() as i32, sig) };
+    }
+}
+
+impl Drop for Plugin {
+    fn drop(&mut self) {
+        self.signal(libc::SIGCONT);
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// How many times the server logged `id` joining its chain.
+fn connected(p: &Pod, id: &str) -> usize {
+    p.h.log()
+        .lines()
+        .filter(|l| l.contains("NRI plugin connected") && l.contains(&format!("plugin={id} ")))
+        .count()
+}
+
+/// The events the logger logged, in order (a request logs many lines,
+/// each starting with its event's name; this test's flow never repeats an
+/// event back to back).
+fn events(log: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let mut out: Vec<String> = text
+        .lines()
+        .filter_map(|l| l.split("msg=\"").nth(1)?.split_once(':'))
+        .map(|(event, _)| event.to_string())
+        .collect();
+    out.dedup();
+    out
+}
+
+async fn sh(p: &Pod, id: &str, script: &str) -> String {
+    let r = exec_sync(&p.h, id, &["/bin/sh", "-c", script])
+        .await
+        .unwrap();
+    assert_eq!(
+        r.exit_code,
+        0,
+        "{script}: {}",
+        String::from_utf8_lossy(&r.stderr)
+    );
+    String::from_utf8_lossy(&r.stdout).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_logger_sees_a_pod_s_life_in_order_and_what_ran_before_it() {
+    if !common::require_root() {
+        return;
+    }
+    let p = setup(vec![]).await;
+    let image = image(&p).await;
+    // A pod and its container, running before any plugin.
+    let pc0 = pod_config(&p, "before");
+    let pod0 = run(&p.h, pc0.clone()).await.unwrap();
+    let c0 = create_start(
+        &p.h,
+        &pod0,
+        &pc0,
+        ccfg(&image, "c0", &["sleep", "100"], &[]),
+    )
+    .await;
+
+    let log = p.h.dir.path().join("logger.log");
+    let logger = Plugin::start(
+        &p,
+        "nri-logger",
+        "10-nri-logger",
+        &["-log-file", log.to_str().unwrap(), "-add-env", "NRI_ADDED"],
+    )
+    .await;
+    let text = std::fs::read_to_string(&log).unwrap();
+    let sync: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("Synchronize:"))
+        .collect();
+    assert!(
+        sync.iter().any(|l| l.contains(&pod0)) && sync.iter().any(|l| l.contains(&c0)),
+        "Synchronize lists the pod and container already there:\n{text}"
+    );
+
+    let synced = events(&log).len();
+    let pc = pod_config(&p, "life");
+    let pod = run(&p.h, pc.clone()).await.unwrap();
+    let c = create_start(&p.h, &pod, &pc, ccfg(&image, "app", &["sleep", "100"], &[])).await;
+    assert!(
+        sh(&p, &c, "env")
+            .await
+            .lines()
+            .any(|l| l.starts_with("NRI_ADDED=logger-pid-")),
+        "the logger's env reached the container"
+    );
+    let mut rt = p.h.runtime().await;
+    rt.stop_container(StopContainerRequest {
+        container_id: c.clone(),
+        timeout: 0,
+    })
+    .await
+    .unwrap();
+    rt.remove_container(RemoveContainerRequest {
+        container_id: c.clone(),
+    })
+    .await
+    .unwrap();
+    rt.stop_pod_sandbox(StopPodSandboxRequest {
+        pod_sandbox_id: pod.clone(),
+    })
+    .await
+    .unwrap();
+    rt.remove_pod_sandbox(RemovePodSandboxRequest {
+        pod_sandbox_id: pod.clone(),
+    })
+    .await
+    .unwrap();
+    let want = [
+        "RunPodSandbox",
+        "CreateContainer",
+        "PostCreateContainer",
+        "StartContainer",
+        "PostStartContainer",
+        "StopContainer",
+        "RemoveContainer",
+        "StopPodSandbox",
+        "RemovePodSandbox",
+    ];
+    let got = wait_for!(10, "every event logged", {
+        let e = events(&log);
+        (e.len() >= synced + want.len()).then_some(e)
+    });
+    assert_eq!(&got[synced..], want, "all: {got:?}");
+    drop(logger);
+    remove_listed(&p).await;
+    assert_eq!(leftovers(&p), Vec::<String>::new());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn devices_mounts_cdi_and_rlimits_come_from_the_plugins() {
+    if !common::require_root() {
+        return;
+    }
+    let cdi = tempfile::tempdir().unwrap();
+    std::fs::write(
+        cdi.path().join("vendor.yaml"),
+        "cdiVersion: 0.6.0\nkind: nri.husk.dev/dev\ndevices:\n- name: d0\n  containerEdits:\n    env: [CDI_BY_NRI=1]\n",
+    )
+    .unwrap();
+    let p = setup_with(
+        vec![],
+        "/usr/lib/cni",
+        vec!["--cdi-spec-dirs".into(), cdi.path().display().to_string()],
+    )
+    .await;
+    let image = image(&p).await;
+    let _devices = Plugin::start(&p, "nri-device-injector", "10-nri-device-injector", &[]).await;
+    let _ulimits = Plugin::start(&p, "nri-ulimit-adjuster", "20-nri-ulimit-adjuster", &[]).await;
+    let mut pc = pod_config(&p, "inject");
+    pc.annotations.insert(
+        "devices.noderesource.dev/container.app".into(),
+        "- path: /dev/nri-null\n  type: c\n  major: 1\n  minor: 3\n  file_mode: 0666\n".into(),
+    );
+    pc.annotations.insert(
+        "mounts.noderesource.dev/container.app".into(),
+        "- source: tmpfs\n  destination: /nri-tmp\n  type: tmpfs\n  options: [nosuid, size=1m]\n"
+            .into(),
+    );
+    pc.annotations.insert(
+        "cdi-devices.noderesource.dev/container.app".into(),
+        "- nri.husk.dev/dev=d0\n".into(),
+    );
+    pc.annotations.insert(
+        "ulimits.noderesource.dev/container.app".into(),
+        "- type: RLIMIT_NOFILE\n  soft: 1111\n  hard: 2222\n- type: memlock\n  soft: 65536\n  hard: 131072\n"
+            .into(),
+    );
+    let pod = run(&p.h, pc.clone()).await.unwrap();
+    let c = create_start(&p.h, &pod, &pc, ccfg(&image, "app", &["sleep", "100"], &[])).await;
+    let dev = sh(
+        &p,
+        &c,
+        "stat -c '%t %T %F' /dev/nri-null; echo x > /dev/nri-null",
+    )
+    .await;
+    assert_eq!(dev.trim(), "1 3 character special file");
+    let mounts = sh(&p, &c, "cat /proc/self/mounts").await;
+    assert!(
+        mounts.lines().any(|l| l.contains(" /nri-tmp tmpfs ")),
+        "{mounts}"
+    );
+    assert!(sh(&p, &c, "env").await.lines().any(|l| l == "CDI_BY_NRI=1"));
+    let limits = sh(&p, &c, "cat /proc/self/limits").await;
+    let row = |name: &str| -> Vec<String> {
+        limits
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("{name} in {limits}"))[name.len()..]
+            .split_whitespace()
+            .map(String::from)
+            .collect()
+    };
+    assert_eq!(row("Max open files")[..2], ["1111", "2222"]);
+    assert_eq!(row("Max locked memory")[..2], ["65536", "131072"]);
+    remove_listed(&p).await;
+    assert_eq!(leftovers(&p), Vec::<String>::new());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_plugins_on_one_field_refuse_the_container_naming_both() {
+    if !common::require_root() {
+        return;
+    }
+    let p = setup(vec![]).await;
+    let image = image(&p).await;
+    let _a = Plugin::start(&p, "nri-logger", "10-nri-logger", &["-set-env", "SAME"]).await;
+    let _b = Plugin::start(&p, "nri-logger", "20-nri-logger", &["-set-env", "SAME"]).await;
+    let pc = pod_config(&p, "conflict");
+    let pod = run(&p.h, pc.clone()).await.unwrap();
+    let e =
+        p.h.runtime()
+            .await
+            .create_container(CreateContainerRequest {
+                pod_sandbox_id: pod.clone(),
+                config: Some(ccfg(&image, "app", &["sleep", "100"], &[])),
+                sandbox_config: Some(pc.clone()),
+            })
+            .await
+            .expect_err("a conflict");
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+    assert!(
+        e.message()
+            .contains("plugins \"20-nri-logger\" and \"10-nri-logger\" both tried to set Env SAME"),
+        "{e:?}"
+    );
+    assert!(
+        list_containers(&p).await.is_empty(),
+        "nothing of it is listed"
+    );
+    remove_listed(&p).await;
+    assert_eq!(leftovers(&p), Vec::<String>::new());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hung_or_killed_plugin_is_dropped_and_pods_keep_starting() {
+    if !common::require_root() {
+        return;
+    }
+    let p = setup_config(
+        vec![],
+        "/usr/lib/cni",
+        vec![],
+        "[nri]\nplugin_request_timeout_ms = 500\n",
+    )
+    .await;
+    let image = image(&p).await;
+    let hung = Plugin::start(&p, "nri-logger", "10-nri-logger", &[]).await;
+    let killed = Plugin::start(&p, "nri-template", "20-nri-template", &[]).await;
+    hung.signal(libc::SIGSTOP);
+    killed.signal(libc::SIGKILL);
+    for i in 0..3 {
+        let pc = pod_config(&p, &format!("go{i}"));
+        let t0 = Instant::now();
+        let pod = run(&p.h, pc.clone()).await.unwrap();
+        create_start(&p.h, &pod, &pc, ccfg(&image, "app", &["sleep", "100"], &[])).await;
+        // Only the first pod waits for the hung plugin, once.
+        assert!(
+            i == 0 || t0.elapsed() < Duration::from_secs(10),
+            "pod {i} took {:?}",
+            t0.elapsed()
+        );
+    }
+    let log = p.h.log();
+    for id in ["10-nri-logger", "20-nri-template"] {
+        assert!(
+            log.lines()
+                .any(|l| l.contains("NRI plugin dropped from the chain") && l.contains(id)),
+            "{id} dropped:\n{log}"
+        );
+    }
+    drop(hung);
+    remove_listed(&p).await;
+    assert_eq!(leftovers(&p), Vec::<String>::new());
+}
