@@ -105,6 +105,32 @@ fn events(log: &Path) -> Vec<String> {
     out
 }
 
+/// `husk check`'s NRI line for the running server.
+fn check_nri(p: &Pod) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_husk"))
+        .args(["check", "--json", "--config"])
+        .arg(p.h.dir.path().join("none.toml"))
+        .arg("--root")
+        .arg(p.h.root())
+        .arg("--listen")
+        .arg(p.h.socket())
+        .arg("--nri-socket")
+        .arg(p.h.nri_socket())
+        .output()
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["check"] == "nri")
+        .unwrap_or_else(|| panic!("no nri check in {report}"))["message"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
 async fn sh(p: &Pod, id: &str, script: &str) -> String {
     let r = exec_sync(&p.h, id, &["/bin/sh", "-c", script])
         .await
@@ -152,6 +178,12 @@ async fn the_logger_sees_a_pod_s_life_in_order_and_what_ran_before_it() {
     assert!(
         sync.iter().any(|l| l.contains(&pod0)) && sync.iter().any(|l| l.contains(&c0)),
         "Synchronize lists the pod and container already there:\n{text}"
+    );
+
+    assert!(
+        check_nri(&p).contains("connected: 10-nri-logger"),
+        "{}",
+        check_nri(&p)
     );
 
     let synced = events(&log).len();
@@ -352,5 +384,55 @@ async fn a_hung_or_killed_plugin_is_dropped_and_pods_keep_starting() {
     }
     drop(hung);
     remove_listed(&p).await;
+    assert_eq!(leftovers(&p), Vec::<String>::new());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pre_installed_plugin_is_started_with_its_config_and_joins() {
+    if !common::require_root() {
+        return;
+    }
+    // Written before the server starts: it starts what is there.
+    let dir = tempfile::tempdir().unwrap();
+    let (plugins, conf) = (dir.path().join("plugins"), dir.path().join("conf"));
+    std::fs::create_dir_all(&plugins).unwrap();
+    std::fs::create_dir_all(&conf).unwrap();
+    std::os::unix::fs::symlink(common::shared("nri/nri-logger"), plugins.join("05-logger"))
+        .unwrap();
+    let log = dir.path().join("pre.log");
+    std::fs::write(
+        conf.join("05-logger.conf"),
+        format!("logFile: {}\nevents: [RunPodSandbox]\n", log.display()),
+    )
+    .unwrap();
+    let p = setup_with(
+        vec![],
+        "/usr/lib/cni",
+        vec![
+            "--nri-plugin-path".into(),
+            plugins.display().to_string(),
+            "--nri-plugin-config-path".into(),
+            conf.display().to_string(),
+        ],
+    )
+    .await;
+    wait_for!(20, "05-logger to join", {
+        (connected(&p, "05-logger") > 0).then_some(())
+    });
+    let pc = pod_config(&p, "pre");
+    let pod = run(&p.h, pc.clone()).await.unwrap();
+    let text = wait_for!(10, "RunPodSandbox in its log", {
+        let t = std::fs::read_to_string(&log).unwrap_or_default();
+        t.contains(&pod).then_some(t)
+    });
+    assert!(text.contains("RunPodSandbox"), "{text}");
+    // Its config subscribed it to RunPodSandbox only: the stop and the
+    // removal (each told to plugins before the RPC answers) are not seen.
+    remove_listed(&p).await;
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        !text.contains("StopPodSandbox") && !text.contains("RemovePodSandbox"),
+        "{text}"
+    );
     assert_eq!(leftovers(&p), Vec::<String>::new());
 }

@@ -7,7 +7,8 @@
 //! `conf_dir`, `max_concurrent_downloads`, the streaming server's address,
 //! port and TLS pair. `restrict_oom_score_adj` needs no setting: husk always
 //! clamps oom_score_adj to what it may set. The runc-shim runtimes
-//! (`runtimes.*`) become OCI runtime handlers (`config_runtimes.rs`).
+//! (`runtimes.*`) become OCI runtime handlers (`config_runtimes.rs`); the
+//! NRI table becomes `[nri]` (`config_nri.rs`).
 //! Everything else that a node's config commonly sets is named in the
 //! notes.
 
@@ -311,6 +312,12 @@ pub fn convert(src: &str) -> Result<Imported, ConfigError> {
                 "default_runtime_name {default_rt:?}: default_runtime stays \"husk\" (husk's own path); set default_runtime = {default_rt:?} to run pods that name no handler under it"
             ));
         }
+    }
+    if let Some(t) = get(&v, &["plugins", "io.containerd.nri.v1.nri"]) {
+        let (c2, l2) =
+            super::config_nri::convert(t, &mut c.nri, "plugins.\"io.containerd.nri.v1.nri\"");
+        carried.extend(c2);
+        left.extend(l2);
     }
     let snap = at(&runtime, &["containerd", "snapshotter"]);
     if let Some(s) = look(&snap).filter(|s| s != "overlayfs") {

@@ -2,6 +2,7 @@
 
 pub mod check;
 pub mod config_import;
+mod config_nri;
 mod config_runtimes;
 pub mod images;
 pub mod kubelet;

@@ -266,10 +266,16 @@ pub async fn serve(cfg: Config, reload: Option<reload::Reloader>) -> anyhow::Res
 }
 
 /// Starts hosting NRI plugins (`[nri]`), handing the chain to the
-/// container manager.
+/// container manager. A socket that cannot be bound leaves the node
+/// without NRI, loudly, as containerd does; pods still run.
 async fn start_nri(state: &Arc<State>, cfg: &crate::config::NriConfig) -> anyhow::Result<()> {
-    let Some(nri) = crate::nri::Nri::start(cfg).await? else {
-        return Ok(());
+    let nri = match crate::nri::Nri::start(cfg).await {
+        Ok(Some(n)) => n,
+        Ok(None) => return Ok(()),
+        Err(e) => {
+            tracing::error!(error = %format!("{e:#}"), "NRI is off: its plugins cannot connect");
+            return Ok(());
+        }
     };
     let containers = state
         .containers()

@@ -63,6 +63,7 @@ pub async fn run_all(cfg: &Config) -> Vec<Check> {
     out.extend(cni(&cfg.cni.conf_dir, &cfg.cni.bin_dirs));
     out.push(sandbox_image(cfg).await);
     out.push(socket(&cfg.listen).await);
+    out.push(nri(cfg).await);
     out.push(seccomp());
     out.push(apparmor());
     let reach =
@@ -478,6 +479,58 @@ async fn sandbox_image(cfg: &Config) -> Check {
             ),
         ),
     }
+}
+
+/// NRI: off, or the plugins the serving husk has in its chain (its
+/// Status's verbose `nri` info).
+async fn nri(cfg: &Config) -> Check {
+    if !cfg.nri.enable {
+        return check("nri", Level::Ok, "off ([nri] enable = false)", "");
+    }
+    let ep = format!("unix://{}", cfg.listen.display());
+    let answer = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+        let ch = crate::api::connect(&ep).await?;
+        let st = crate::api::cri::runtime_service_client::RuntimeServiceClient::new(ch)
+            .status(crate::api::cri::StatusRequest { verbose: true })
+            .await?
+            .into_inner();
+        anyhow::Ok(st.info.get("nri").cloned().unwrap_or_default())
+    })
+    .await;
+    let plugins: Vec<String> = match answer {
+        Ok(Ok(text)) => serde_json::from_str::<serde_json::Value>(&text)
+            .ok()
+            .and_then(|v| v["plugins"].as_array().cloned())
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|p| p["id"].as_str().map(String::from))
+            .collect(),
+        _ => {
+            return check(
+                "nri",
+                Level::Ok,
+                format!(
+                    "on; plugins dial {} (husk is not serving: none connected)",
+                    cfg.nri.socket_path.display()
+                ),
+                "",
+            )
+        }
+    };
+    let listed = if plugins.is_empty() {
+        "none connected".to_string()
+    } else {
+        format!("connected: {}", plugins.join(", "))
+    };
+    check(
+        "nri",
+        Level::Ok,
+        format!(
+            "on; plugins dial {}; {listed}",
+            cfg.nri.socket_path.display()
+        ),
+        "",
+    )
 }
 
 /// Free, a stale file, a live husk, or another runtime.

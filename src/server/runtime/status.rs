@@ -82,6 +82,18 @@ pub async fn handle(state: &State, req: StatusRequest) -> Result<StatusResponse,
             "config".to_string(),
             serde_json::to_string(&state.cfg).map_err(|e| Status::internal(e.to_string()))?,
         );
+        // The NRI plugins in the chain now, as `husk check` lists them.
+        let nri = match state.containers().ok().and_then(|c| c.nri()) {
+            Some(n) => serde_json::json!({
+                "enabled": true,
+                "socket": n.socket(),
+                "plugins": n.connected().await.iter().map(|p| serde_json::json!({
+                    "id": p.id, "events": p.events,
+                })).collect::<Vec<_>>(),
+            }),
+            None => serde_json::json!({"enabled": false}),
+        };
+        info.insert("nri".to_string(), nri.to_string());
     }
     Ok(StatusResponse {
         status: Some(RuntimeStatus {
