@@ -1,7 +1,8 @@
 //! NRI through a real husk serve, proven by containerd/nri v0.12's own
 //! plugins (`../shared/nri/`, static builds the suite runs from there):
 //!
-//! - `nri-logger` sees every event of a pod's life, in NRI's order, and
+//! - `nri-logger` sees every event of a pod's life (resizes and the
+//!   validation of adjustments included), in NRI's order, and
 //!   its `Synchronize` lists the pod and container that ran before it
 //!   connected; its `-add-env` reaches the container's environment.
 //! - `nri-device-injector` injects a device node, a mount and a CDI
@@ -198,6 +199,26 @@ async fn the_logger_sees_a_pod_s_life_in_order_and_what_ran_before_it() {
         "the logger's env reached the container"
     );
     let mut rt = p.h.runtime().await;
+    rt.update_container_resources(UpdateContainerResourcesRequest {
+        container_id: c.clone(),
+        linux: Some(LinuxContainerResources {
+            cpu_shares: 256,
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    rt.update_pod_sandbox_resources(UpdatePodSandboxResourcesRequest {
+        pod_sandbox_id: pod.clone(),
+        resources: Some(LinuxContainerResources {
+            cpu_shares: 512,
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
     rt.stop_container(StopContainerRequest {
         container_id: c.clone(),
         timeout: 0,
@@ -222,9 +243,14 @@ async fn the_logger_sees_a_pod_s_life_in_order_and_what_ran_before_it() {
     let want = [
         "RunPodSandbox",
         "CreateContainer",
+        "ValidateContainerAdjustment",
         "PostCreateContainer",
         "StartContainer",
         "PostStartContainer",
+        "UpdateContainer",
+        "PostUpdateContainer",
+        "UpdatePodSandbox",
+        "PostUpdatePodSandbox",
         "StopContainer",
         "RemoveContainer",
         "StopPodSandbox",

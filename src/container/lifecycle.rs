@@ -6,9 +6,13 @@
 //!   they are told StopContainer), then PostStartContainer.
 //! - Stop: StopContainer once a running container has stopped.
 //! - Remove: RemoveContainer once it is gone.
+//! - Update: UpdateContainer first (a plugin may answer other resources
+//!   for it, which are applied instead; an error fails the update), then
+//!   PostUpdateContainer.
 
 use super::manager::ContainerManager;
 use super::record::ContainerState;
+use crate::api::cri::LinuxContainerResources;
 use crate::sandbox::SandboxError;
 use std::sync::Arc;
 use std::time::Duration;
@@ -64,6 +68,31 @@ impl ContainerManager {
         self.remove_task(id).await?;
         if let Some((nri, pod, c)) = view {
             nri.remove_container(&pod, &c).await;
+        }
+        Ok(())
+    }
+
+    /// UpdateContainerResources.
+    pub async fn update_resources(
+        self: &Arc<Self>,
+        id: &str,
+        mut new: LinuxContainerResources,
+    ) -> Result<(), SandboxError> {
+        let view = self.resolve(id).and_then(|id| self.nri_event(&id));
+        if let Some((nri, pod, c)) = &view {
+            let asked = crate::nri::resources::to_nri(&new);
+            if let Some(r) = nri
+                .update_container(pod, c, asked)
+                .await
+                .map_err(SandboxError::Refused)?
+            {
+                new = crate::nri::resources::from_nri(&r, &new);
+            }
+        }
+        self.update_task(id, new).await?;
+        if let Some((nri, pod, c)) = view {
+            let now = self.nri_view(&c.id).map(|(_, c)| c).unwrap_or(c);
+            nri.post_update_container(&pod, &now).await;
         }
         Ok(())
     }

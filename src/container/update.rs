@@ -19,8 +19,9 @@ use prost::Message;
 use std::sync::Arc;
 
 impl ContainerManager {
-    /// Applies `new` (zero fields unchanged) to container `id`.
-    pub async fn update_resources(
+    /// Applies `new` (zero fields unchanged) to container `id`, without
+    /// NRI's events (`lifecycle.rs`).
+    pub(super) async fn update_task(
         self: &Arc<Self>,
         id: &str,
         new: LinuxContainerResources,

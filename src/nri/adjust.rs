@@ -23,6 +23,28 @@ use std::collections::HashMap;
 pub struct Owners(HashMap<(&'static str, String), String>);
 
 impl Owners {
+    /// As NRI's `OwningPlugins` of container `id`.
+    pub fn to_proto(&self, id: &str) -> api::OwningPlugins {
+        let mut f = api::FieldOwners::default();
+        for ((field, key), plugin) in &self.0 {
+            let Some(n) = api::Field::from_str_name(field) else {
+                continue;
+            };
+            if key.is_empty() {
+                f.simple.insert(n as i32, plugin.clone());
+            } else {
+                f.compound
+                    .entry(n as i32)
+                    .or_default()
+                    .owners
+                    .insert(key.clone(), plugin.clone());
+            }
+        }
+        api::OwningPlugins {
+            owners: [(id.to_string(), f)].into(),
+        }
+    }
+
     fn claim(&mut self, field: &'static str, key: &str, plugin: &str) -> Result<(), String> {
         match self.0.get(&(field, key.to_string())) {
             Some(other) if other != plugin => Err(format!(
@@ -475,6 +497,25 @@ mod tests {
             ..Default::default()
         };
         apply(&mut spec, &other, "20-b", &mut owners, &no_cdi).expect("other key");
+    }
+
+    #[test]
+    fn owners_read_as_nri_s_field_numbers() {
+        let mut spec = json!({});
+        let mut owners = Owners::default();
+        let adj = api::ContainerAdjustment {
+            env: vec![env("FOO", "1")],
+            linux: Some(api::LinuxContainerAdjustment {
+                oom_score_adj: Some(api::OptionalInt { value: 1 }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        apply(&mut spec, &adj, "10-a", &mut owners, &no_cdi).expect("applies");
+        let p = owners.to_proto("c1");
+        let f = &p.owners["c1"];
+        assert_eq!(f.simple[&(api::Field::OomScoreAdj as i32)], "10-a");
+        assert_eq!(f.compound[&(api::Field::Env as i32)].owners["FOO"], "10-a");
     }
 
     #[test]

@@ -8,7 +8,8 @@
 //! container already there, paged when a message would be over ttrpc's
 //! limit.
 
-use super::ttrpc::{CallError, Conn, Serve, Status};
+pub use super::ttrpc::CallError;
+use super::ttrpc::{Conn, Serve, Status};
 use crate::api::nri as api;
 use prost::Message;
 use std::sync::{Arc, Mutex};

@@ -24,8 +24,26 @@ pub async fn handle(
     })
     .await
     .map_err(|e| Status::internal(format!("usage task: {e}")))?;
+    // The node's resource plugins see the resize first; one that fails
+    // it fails the RPC.
+    let nri = state.containers()?.nri_pod(&id);
+    if let Some((nri, pod)) = &nri {
+        let to = |r: &Option<crate::api::cri::LinuxContainerResources>| {
+            r.as_ref().map(crate::nri::resources::to_nri)
+        };
+        nri.update_pod_sandbox(pod, to(&req.overhead), to(&req.resources))
+            .await
+            .map_err(|e| {
+                Status::failed_precondition(format!("NRI UpdatePodSandbox failed: {e}"))
+            })?;
+    }
     sandboxes
         .update_resources(&id, req.overhead, req.resources, working_set)
         .await?;
+    if let Some((nri, _)) = nri {
+        if let Some((_, pod)) = state.containers()?.nri_pod(&id) {
+            nri.post_update_pod_sandbox(&pod).await;
+        }
+    }
     Ok(UpdatePodSandboxResourcesResponse {})
 }
