@@ -99,6 +99,45 @@ impl ContainerManager {
         (pods, containers)
     }
 
+    /// What applies a plugin's unsolicited updates (through the path of
+    /// UpdateContainerResources, without NRI's own events) and evictions
+    /// (a stop). Answers the updates that failed and were not marked
+    /// `ignore_failure`.
+    pub fn nri_updates(self: &Arc<Self>) -> crate::nri::Updates {
+        let me = Arc::downgrade(self);
+        Arc::new(move |req: api::UpdateContainersRequest| {
+            let me = me.clone();
+            Box::pin(async move {
+                let me = me.upgrade().ok_or("the container manager is gone")?;
+                let mut failed = Vec::new();
+                for u in req.update {
+                    let Some(res) = u.linux.as_ref().and_then(|l| l.resources.as_ref()) else {
+                        continue;
+                    };
+                    let base = me
+                        .saved_config(&u.container_id)
+                        .and_then(|c| c.linux)
+                        .and_then(|l| l.resources)
+                        .unwrap_or_default();
+                    let new = crate::nri::resources::from_nri(res, &base);
+                    if let Err(e) = me.update_task(&u.container_id, new).await {
+                        tracing::warn!(container_id = %u.container_id, error = %e, "an NRI plugin's update failed");
+                        if !u.ignore_failure {
+                            failed.push(u);
+                        }
+                    }
+                }
+                for e in req.evict {
+                    tracing::warn!(container_id = %e.container_id, reason = %e.reason, "an NRI plugin evicts the container");
+                    if let Err(err) = me.stop(&e.container_id, std::time::Duration::ZERO).await {
+                        tracing::warn!(container_id = %e.container_id, error = %err, "eviction failed");
+                    }
+                }
+                Ok(failed)
+            })
+        })
+    }
+
     /// The plugins' adjustments of a new container's `spec` (a blocking
     /// thread's call). A refusal, a conflict or a plugin's error refuses
     /// the container.

@@ -39,10 +39,13 @@ use std::time::Duration;
 use tokio::net::UnixStream;
 use tokio::sync::RwLock;
 
-/// Applies a plugin's unsolicited container updates; the ones that failed.
-pub type Updates = Arc<
-    dyn Fn(api::UpdateContainersRequest) -> Result<Vec<api::ContainerUpdate>, String> + Send + Sync,
+/// What applying a plugin's updates comes to: the updates that failed.
+pub type Applied = std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<Vec<api::ContainerUpdate>, String>> + Send>,
 >;
+
+/// Applies a plugin's unsolicited container updates and evictions.
+pub type Updates = Arc<dyn Fn(api::UpdateContainersRequest) -> Applied + Send + Sync>;
 
 /// Every pod and container there is, for a new plugin's `Synchronize`.
 pub type Snapshot = Arc<dyn Fn() -> (Vec<api::PodSandbox>, Vec<api::Container>) + Send + Sync>;
@@ -60,6 +63,7 @@ pub struct Nri {
     /// The chain's length, read without a lock: no plugin, no work.
     active: AtomicUsize,
     snapshot: OnceLock<Snapshot>,
+    updates: OnceLock<Updates>,
 }
 
 /// A connected plugin, as `husk check` and the status report it.
@@ -72,7 +76,11 @@ pub struct Connected {
 impl Nri {
     /// Starts hosting: binds the socket (unless connections are refused)
     /// and starts the pre-installed plugins. None when `[nri]` is off.
-    pub async fn start(cfg: &NriConfig) -> anyhow::Result<Option<Arc<Nri>>> {
+    pub async fn start(
+        cfg: &NriConfig,
+        snapshot: Snapshot,
+        updates: Updates,
+    ) -> anyhow::Result<Option<Arc<Nri>>> {
         if !cfg.enable {
             return Ok(None);
         }
@@ -88,7 +96,10 @@ impl Nri {
             chain: RwLock::new(Vec::new()),
             active: AtomicUsize::new(0),
             snapshot: OnceLock::new(),
+            updates: OnceLock::new(),
         });
+        nri.set_snapshot(snapshot);
+        nri.set_updates(updates);
         if !cfg.disable_connections {
             let listener = bind(&cfg.socket_path)?;
             let me = nri.clone();
@@ -112,13 +123,18 @@ impl Nri {
         Ok(Some(nri))
     }
 
+    /// Sets who applies a plugin's unsolicited updates and evictions.
+    fn set_updates(&self, u: Updates) {
+        let _ = self.updates.set(u);
+    }
+
     /// Whether any plugin is in the chain.
     pub fn has_plugins(&self) -> bool {
         self.active.load(Ordering::Relaxed) > 0
     }
 
     /// Sets where a new plugin's `Synchronize` reads pods and containers.
-    pub fn set_snapshot(&self, s: Snapshot) {
+    fn set_snapshot(&self, s: Snapshot) {
         let _ = self.snapshot.set(s);
     }
 
@@ -153,7 +169,7 @@ impl Nri {
             config,
             ..self.setup.clone()
         };
-        let p = match Plugin::connect(s, preset, &setup, None).await {
+        let p = match Plugin::connect(s, preset, &setup, self.updates.get().cloned()).await {
             Ok(p) => Arc::new(p),
             Err(e) => {
                 tracing::warn!(error = %e, "NRI plugin refused");

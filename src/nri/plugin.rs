@@ -92,58 +92,70 @@ fn runtime_service(
     updates: Option<super::Updates>,
 ) -> Serve {
     Arc::new(move |service, method, payload| {
-        if service != RUNTIME_SERVICE {
-            return Err(Status {
-                code: UNIMPLEMENTED,
-                message: format!("service {service} is not served"),
-            });
-        }
-        match method {
-            "RegisterPlugin" => {
-                let req = api::RegisterPluginRequest::decode(payload).map_err(|e| Status {
-                    code: 3,
-                    message: format!("RegisterPlugin: {e}"),
-                })?;
-                // A pre-installed plugin is known by its file name.
-                let (name, idx) = match &preset {
-                    Some(p) => p.clone(),
-                    None => (req.plugin_name.clone(), req.plugin_idx.clone()),
-                };
-                let checked = check_name(&name).and_then(|()| check_index(&idx));
-                let tx = registered.lock().unwrap_or_else(|p| p.into_inner()).take();
-                if let Some(tx) = tx {
-                    let _ = tx.send(checked.clone().map(|()| (name, idx)));
-                }
-                checked
-                    .map(|()| api::Empty {}.encode_to_vec())
-                    .map_err(|m| Status {
-                        code: 3,
-                        message: m,
-                    })
+        let registered = registered.clone();
+        let preset = preset.clone();
+        let updates = updates.clone();
+        Box::pin(async move {
+            if service != RUNTIME_SERVICE {
+                return Err(Status {
+                    code: UNIMPLEMENTED,
+                    message: format!("service {service} is not served"),
+                });
             }
-            "UpdateContainers" => {
-                let req = api::UpdateContainersRequest::decode(payload).map_err(|e| Status {
-                    code: 3,
-                    message: format!("UpdateContainers: {e}"),
-                })?;
-                match &updates {
-                    Some(u) => u(req)
+            match method.as_str() {
+                "RegisterPlugin" => {
+                    let req =
+                        api::RegisterPluginRequest::decode(payload.as_slice()).map_err(|e| {
+                            Status {
+                                code: 3,
+                                message: format!("RegisterPlugin: {e}"),
+                            }
+                        })?;
+                    // A pre-installed plugin is known by its file name.
+                    let (name, idx) = match &preset {
+                        Some(p) => p.clone(),
+                        None => (req.plugin_name.clone(), req.plugin_idx.clone()),
+                    };
+                    let checked = check_name(&name).and_then(|()| check_index(&idx));
+                    let tx = registered.lock().unwrap_or_else(|p| p.into_inner()).take();
+                    if let Some(tx) = tx {
+                        let _ = tx.send(checked.clone().map(|()| (name, idx)));
+                    }
+                    checked
+                        .map(|()| api::Empty {}.encode_to_vec())
+                        .map_err(|m| Status {
+                            code: 3,
+                            message: m,
+                        })
+                }
+                "UpdateContainers" => {
+                    let req =
+                        api::UpdateContainersRequest::decode(payload.as_slice()).map_err(|e| {
+                            Status {
+                                code: 3,
+                                message: format!("UpdateContainers: {e}"),
+                            }
+                        })?;
+                    let Some(u) = updates else {
+                        return Err(Status {
+                            code: UNIMPLEMENTED,
+                            message: "this runtime applies no unsolicited updates".into(),
+                        });
+                    };
+                    u(req)
+                        .await
                         .map(|failed| api::UpdateContainersResponse { failed }.encode_to_vec())
                         .map_err(|m| Status {
                             code: 2,
                             message: m,
-                        }),
-                    None => Err(Status {
-                        code: UNIMPLEMENTED,
-                        message: "husk applies no unsolicited container updates yet".into(),
-                    }),
+                        })
                 }
+                m => Err(Status {
+                    code: UNIMPLEMENTED,
+                    message: format!("method {m} is not served"),
+                }),
             }
-            m => Err(Status {
-                code: UNIMPLEMENTED,
-                message: format!("method {m} is not served"),
-            }),
-        }
+        })
     })
 }
 

@@ -86,9 +86,15 @@ impl CallError {
     }
 }
 
+/// An answer to a plugin's request, to come.
+pub type Reply =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Vec<u8>, Status>> + Send>>;
+
 /// What the plugin asks of husk: `(service, method, payload)` to a
-/// payload or an error status.
-pub type Serve = Arc<dyn Fn(&str, &str, &[u8]) -> Result<Vec<u8>, Status> + Send + Sync>;
+/// payload or an error status. Each request is answered by a task of its
+/// own, so a slow answer (an update applied to a container) never stops
+/// the trunk's reading.
+pub type Serve = Arc<dyn Fn(String, String, Vec<u8>) -> Reply + Send + Sync>;
 
 type Pending = Arc<Mutex<HashMap<u32, oneshot::Sender<Result<Vec<u8>, CallError>>>>>;
 
@@ -258,24 +264,22 @@ async fn read_loop(
                 (RUNTIME_CONN, TYPE_REQUEST) => {
                     let req = Request::decode(body.as_slice())
                         .map_err(|e| format!("a request that is not ttrpc's: {e}"))?;
-                    let resp = match serve(&req.service, &req.method, &req.payload) {
-                        Ok(payload) => Response {
-                            status: None,
-                            payload,
-                        },
-                        Err(s) => Response {
-                            status: Some(s),
-                            payload: Vec::new(),
-                        },
-                    };
-                    write_frame(
-                        &writer,
-                        RUNTIME_CONN,
-                        id,
-                        TYPE_RESPONSE,
-                        &resp.encode_to_vec(),
-                    )
-                    .await?;
+                    let answer = serve(req.service, req.method, req.payload);
+                    let writer = writer.clone();
+                    tokio::spawn(async move {
+                        let resp = match answer.await {
+                            Ok(payload) => Response {
+                                status: None,
+                                payload,
+                            },
+                            Err(s) => Response {
+                                status: Some(s),
+                                payload: Vec::new(),
+                            },
+                        };
+                        let body = resp.encode_to_vec();
+                        let _ = write_frame(&writer, RUNTIME_CONN, id, TYPE_RESPONSE, &body).await;
+                    });
                 }
                 (c, k) => return Err(format!("a frame of type {k} on connection {c}")),
             }
@@ -366,14 +370,16 @@ mod tests {
     async fn a_call_is_answered_and_a_request_served_over_one_trunk() {
         let (a, mut b) = UnixStream::pair().expect("pair");
         let serve: Serve = Arc::new(|s, m, p| {
-            if s == "svc" && m == "Echo" {
-                Ok(p.to_vec())
-            } else {
-                Err(Status {
-                    code: 12,
-                    message: format!("{s}/{m}"),
-                })
-            }
+            Box::pin(async move {
+                if s == "svc" && m == "Echo" {
+                    Ok(p)
+                } else {
+                    Err(Status {
+                        code: 12,
+                        message: format!("{s}/{m}"),
+                    })
+                }
+            })
         });
         let conn = Conn::start(a, serve);
         // The far side: answer the call on connection 1 in two chunks,
@@ -448,7 +454,7 @@ mod tests {
     #[tokio::test]
     async fn a_silent_plugin_times_out() {
         let (a, _b) = UnixStream::pair().expect("pair");
-        let conn = Conn::start(a, Arc::new(|_, _, _| Ok(vec![])));
+        let conn = Conn::start(a, Arc::new(|_, _, _| Box::pin(async { Ok(vec![]) })));
         let e = conn
             .call("p", "Hello", vec![], Duration::from_millis(50))
             .await

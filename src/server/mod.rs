@@ -269,7 +269,12 @@ pub async fn serve(cfg: Config, reload: Option<reload::Reloader>) -> anyhow::Res
 /// container manager. A socket that cannot be bound leaves the node
 /// without NRI, loudly, as containerd does; pods still run.
 async fn start_nri(state: &Arc<State>, cfg: &crate::config::NriConfig) -> anyhow::Result<()> {
-    let nri = match crate::nri::Nri::start(cfg).await {
+    let containers = state
+        .containers()
+        .map_err(|e| anyhow::anyhow!("{}", e.message()))?;
+    let view = containers.clone();
+    let snapshot = Arc::new(move || view.nri_snapshot());
+    let nri = match crate::nri::Nri::start(cfg, snapshot, containers.nri_updates()).await {
         Ok(Some(n)) => n,
         Ok(None) => return Ok(()),
         Err(e) => {
@@ -277,11 +282,6 @@ async fn start_nri(state: &Arc<State>, cfg: &crate::config::NriConfig) -> anyhow
             return Ok(());
         }
     };
-    let containers = state
-        .containers()
-        .map_err(|e| anyhow::anyhow!("{}", e.message()))?;
-    let view = containers.clone();
-    nri.set_snapshot(Arc::new(move || view.nri_snapshot()));
     containers.set_nri(nri);
     Ok(())
 }
