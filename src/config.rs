@@ -225,6 +225,7 @@ impl Config {
                 )));
             }
         }
+        self.nri.validate()?;
         for p in &self.cni.bin_dirs {
             if !p.is_absolute() {
                 return Err(ConfigError(format!(
