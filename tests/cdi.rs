@@ -13,19 +13,6 @@ use common::pod;
 use husk::api::cri::*;
 use tonic::Code;
 
-async fn sh(p: &pod::Pod, id: &str, script: &str) -> String {
-    let r = exec_sync(&p.h, id, &["/bin/sh", "-c", script])
-        .await
-        .unwrap();
-    assert_eq!(
-        r.exit_code,
-        0,
-        "{script}: {}",
-        String::from_utf8_lossy(&r.stderr)
-    );
-    String::from_utf8_lossy(&r.stdout).into_owned()
-}
-
 fn vendor_spec(mount_source: &std::path::Path, env: &str) -> String {
     format!(
         r#"{{"cdiVersion": "0.6.0", "kind": "test.husk.dev/null",

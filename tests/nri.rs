@@ -17,7 +17,7 @@
 
 mod common;
 
-use common::ctr::{ccfg, create_start, exec_sync, pod_config};
+use common::ctr::{ccfg, create_start, pod_config, sh};
 use common::images::busybox_entries;
 use common::images::{Compression, Format, Layer, Pusher};
 use common::pod::*;
@@ -130,19 +130,6 @@ fn check_nri(p: &Pod) -> String {
         .as_str()
         .unwrap()
         .to_string()
-}
-
-async fn sh(p: &Pod, id: &str, script: &str) -> String {
-    let r = exec_sync(&p.h, id, &["/bin/sh", "-c", script])
-        .await
-        .unwrap();
-    assert_eq!(
-        r.exit_code,
-        0,
-        "{script}: {}",
-        String::from_utf8_lossy(&r.stderr)
-    );
-    String::from_utf8_lossy(&r.stdout).into_owned()
 }
 
 #[tokio::test(flavor = "multi_thread")]
