@@ -177,7 +177,16 @@ async fn the_logger_sees_a_pod_s_life_in_order_and_what_ran_before_it() {
     let synced = events(&log).len();
     let pc = pod_config(&p, "life");
     let pod = run(&p.h, pc.clone()).await.unwrap();
-    let c = create_start(&p.h, &pod, &pc, ccfg(&image, "app", &["sleep", "100"], &[])).await;
+    // A request over 4 KiB goes to the plugin in chunks its Go reader
+    // takes (one larger chunk would hang it, and it would be dropped).
+    let mut cc = ccfg(&image, "app", &["sleep", "100"], &[]);
+    cc.envs = (0..200)
+        .map(|i| KeyValue {
+            key: format!("BIG_{i}"),
+            value: "x".repeat(40).into(),
+        })
+        .collect();
+    let c = create_start(&p.h, &pod, &pc, cc).await;
     assert!(
         sh(&p, &c, "env")
             .await
@@ -248,6 +257,10 @@ async fn the_logger_sees_a_pod_s_life_in_order_and_what_ran_before_it() {
         (e.len() >= synced + want.len()).then_some(e)
     });
     assert_eq!(&got[synced..], want, "all: {got:?}");
+    assert!(
+        !p.h.log().contains("NRI plugin dropped"),
+        "the plugin stayed in the chain"
+    );
     drop(logger);
     remove_listed(&p).await;
     assert_eq!(leftovers(&p), Vec::<String>::new());

@@ -30,6 +30,11 @@ pub const RUNTIME_CONN: u32 = 2;
 const TTRPC_HEADER: usize = 10;
 /// ttrpc's largest message.
 pub const MAX_MESSAGE: usize = 4 << 20;
+/// The largest chunk husk writes. A Go plugin's side of the trunk hands
+/// each chunk whole to one `Read` of ttrpc's 4 KiB buffered reader and
+/// fails a larger one (ENOMEM: the plugin then hangs); Go's own writer
+/// never makes one larger, through the same 4 KiB buffer.
+const CHUNK: usize = 4096;
 const TYPE_REQUEST: u8 = 1;
 const TYPE_RESPONSE: u8 = 2;
 
@@ -320,16 +325,26 @@ async fn write_frame(
             body.len()
         ));
     }
-    let mut out = Vec::with_capacity(8 + TTRPC_HEADER + body.len());
-    out.extend_from_slice(&conn.to_be_bytes());
-    out.extend_from_slice(&((TTRPC_HEADER + body.len()) as u32).to_be_bytes());
-    out.extend_from_slice(&(body.len() as u32).to_be_bytes());
-    out.extend_from_slice(&id.to_be_bytes());
-    out.push(kind);
-    out.push(0);
-    out.extend_from_slice(body);
+    let mut frame = Vec::with_capacity(TTRPC_HEADER + body.len());
+    frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    frame.extend_from_slice(&id.to_be_bytes());
+    frame.push(kind);
+    frame.push(0);
+    frame.extend_from_slice(body);
+    let out = chunks(conn, &frame);
     let mut w = writer.lock().await;
     w.write_all(&out).await.map_err(|e| format!("write: {e}"))
+}
+
+/// `frame` as trunk chunks of at most [`CHUNK`] bytes each.
+fn chunks(conn: u32, frame: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(frame.len() + 8 * (frame.len() / CHUNK + 1));
+    for part in frame.chunks(CHUNK) {
+        out.extend_from_slice(&conn.to_be_bytes());
+        out.extend_from_slice(&(part.len() as u32).to_be_bytes());
+        out.extend_from_slice(part);
+    }
+    out
 }
 
 #[cfg(test)]
@@ -357,6 +372,22 @@ mod tests {
             Some((3, TYPE_RESPONSE, b"cde".to_vec()))
         );
         assert!(buf.is_empty());
+    }
+
+    #[test]
+    fn a_large_frame_goes_in_chunks_a_go_reader_takes() {
+        let frame: Vec<u8> = (0..10_000u32).map(|i| i as u8).collect();
+        let out = chunks(PLUGIN_CONN, &frame);
+        let (mut at, mut back, mut sizes) = (0, Vec::new(), Vec::new());
+        while at < out.len() {
+            assert_eq!(out[at..at + 4], PLUGIN_CONN.to_be_bytes());
+            let n = u32::from_be_bytes(out[at + 4..at + 8].try_into().expect("4 bytes")) as usize;
+            sizes.push(n);
+            back.extend_from_slice(&out[at + 8..at + 8 + n]);
+            at += 8 + n;
+        }
+        assert_eq!(sizes, [4096, 4096, 1808]);
+        assert_eq!(back, frame);
     }
 
     #[test]
