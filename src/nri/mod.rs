@@ -55,7 +55,8 @@ const PAGE_BYTES: usize = ttrpc::MAX_MESSAGE - (64 << 10);
 
 /// The plugins husk hosts.
 pub struct Nri {
-    setup: Setup,
+    /// What a joining plugin is told (a reload may change the timeouts).
+    setup: std::sync::Mutex<Setup>,
     cfg: NriConfig,
     /// The chain, in index order. Events read it; a plugin joining takes
     /// it for writing while it synchronizes, so it misses nothing.
@@ -85,13 +86,13 @@ impl Nri {
             return Ok(None);
         }
         let nri = Arc::new(Nri {
-            setup: Setup {
+            setup: std::sync::Mutex::new(Setup {
                 runtime_name: "husk".into(),
                 runtime_version: env!("CARGO_PKG_VERSION").into(),
                 registration_timeout: Duration::from_millis(cfg.plugin_registration_timeout_ms),
                 request_timeout: Duration::from_millis(cfg.plugin_request_timeout_ms),
                 config: String::new(),
-            },
+            }),
             cfg: cfg.clone(),
             chain: RwLock::new(Vec::new()),
             active: AtomicUsize::new(0),
@@ -126,6 +127,19 @@ impl Nri {
     /// Sets who applies a plugin's unsolicited updates and evictions.
     fn set_updates(&self, u: Updates) {
         let _ = self.updates.set(u);
+    }
+
+    /// New registration and request timeouts: for plugins that join from
+    /// now on, and the request timeout for those in the chain too.
+    pub async fn set_timeouts(&self, registration: Duration, request: Duration) {
+        {
+            let mut s = self.setup.lock().unwrap_or_else(|p| p.into_inner());
+            s.registration_timeout = registration;
+            s.request_timeout = request;
+        }
+        for p in self.chain.read().await.iter() {
+            p.set_timeout(request);
+        }
     }
 
     /// Whether any plugin is in the chain.
@@ -167,7 +181,7 @@ impl Nri {
     ) {
         let setup = Setup {
             config,
-            ..self.setup.clone()
+            ..self.setup.lock().unwrap_or_else(|p| p.into_inner()).clone()
         };
         let p = match Plugin::connect(s, preset, &setup, self.updates.get().cloned()).await {
             Ok(p) => Arc::new(p),

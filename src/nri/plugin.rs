@@ -54,7 +54,8 @@ pub struct Plugin {
     /// The events it subscribed to.
     pub events: i32,
     conn: Arc<Conn>,
-    timeout: Duration,
+    /// The request timeout, in milliseconds (a reload may change it).
+    timeout_ms: std::sync::atomic::AtomicU64,
 }
 
 /// A plugin name: `[a-zA-Z0-9_.+-]+`.
@@ -198,7 +199,7 @@ impl Plugin {
             idx,
             events: 0,
             conn,
-            timeout: setup.request_timeout,
+            timeout_ms: (setup.request_timeout.as_millis() as u64).into(),
         };
         let rsp: api::ConfigureResponse = match p.call("Configure", &req).await {
             Ok(r) => r,
@@ -226,6 +227,12 @@ impl Plugin {
     /// `idx-name`, as NRI names a plugin.
     pub fn id(&self) -> String {
         format!("{}-{}", self.idx, self.name)
+    }
+
+    /// Sets the request timeout.
+    pub fn set_timeout(&self, t: Duration) {
+        self.timeout_ms
+            .store(t.as_millis() as u64, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Whether the plugin wants `event`.
@@ -256,7 +263,12 @@ impl Plugin {
     ) -> Result<Rsp, CallError> {
         let body = self
             .conn
-            .call(PLUGIN_SERVICE, method, req.encode_to_vec(), self.timeout)
+            .call(
+                PLUGIN_SERVICE,
+                method,
+                req.encode_to_vec(),
+                Duration::from_millis(self.timeout_ms.load(std::sync::atomic::Ordering::Relaxed)),
+            )
             .await?;
         Rsp::decode(body.as_slice()).map_err(|e| CallError::Closed(format!("{method}: {e}")))
     }

@@ -13,6 +13,14 @@ use std::sync::Arc;
 /// Reads the config again, as at the start.
 pub type Reloader = Box<dyn Fn() -> Result<Config, ConfigError> + Send + Sync>;
 
+/// NRI's timeouts, which a reload applies.
+fn nri_timeouts(c: &Config) -> (u64, u64) {
+    (
+        c.nri.plugin_registration_timeout_ms,
+        c.nri.plugin_request_timeout_ms,
+    )
+}
+
 /// What changed between `old` and `new`, by key: (applied, needs a restart).
 pub fn changes(old: &Config, new: &Config) -> (Vec<&'static str>, Vec<&'static str>) {
     let live = [
@@ -30,6 +38,10 @@ pub fn changes(old: &Config, new: &Config) -> (Vec<&'static str>, Vec<&'static s
             "runtimes, default_runtime",
             old.runtimes != new.runtimes || old.default_runtime != new.default_runtime,
         ),
+        (
+            "nri.plugin_registration_timeout_ms, nri.plugin_request_timeout_ms",
+            nri_timeouts(old) != nri_timeouts(new),
+        ),
     ];
     let restart = [
         ("root", old.root != new.root),
@@ -43,6 +55,18 @@ pub fn changes(old: &Config, new: &Config) -> (Vec<&'static str>, Vec<&'static s
         ("cni", old.cni != new.cni),
         ("cgroup.driver", old.cgroup != new.cgroup),
         ("streaming", old.streaming != new.streaming),
+        (
+            "nri (but its timeouts)",
+            crate::config::NriConfig {
+                plugin_registration_timeout_ms: 0,
+                plugin_request_timeout_ms: 0,
+                ..old.nri.clone()
+            } != crate::config::NriConfig {
+                plugin_registration_timeout_ms: 0,
+                plugin_request_timeout_ms: 0,
+                ..new.nri.clone()
+            },
+        ),
     ];
     let pick = |v: &[(&'static str, bool)]| v.iter().filter(|(_, c)| *c).map(|(k, _)| *k).collect();
     (pick(&live), pick(&restart))
@@ -91,6 +115,15 @@ async fn apply(
             c.set_cdi_dirs(new.cdi.spec_dirs.clone());
         }
     }
+    if nri_timeouts(old) != nri_timeouts(new) {
+        if let Some(nri) = state.containers().ok().and_then(|c| c.nri()) {
+            nri.set_timeouts(
+                std::time::Duration::from_millis(new.nri.plugin_registration_timeout_ms),
+                std::time::Duration::from_millis(new.nri.plugin_request_timeout_ms),
+            )
+            .await;
+        }
+    }
     if old.runtimes != new.runtimes || old.default_runtime != new.default_runtime {
         let systemd = crate::cgroup::Driver::current() == crate::cgroup::Driver::Systemd;
         state
@@ -134,6 +167,22 @@ pub fn spawn(state: Arc<State>, start: Config, reload: Reloader) -> anyhow::Resu
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nri_timeouts_apply_live_and_its_socket_at_a_restart() {
+        let old = Config::default();
+        let mut new = old.clone();
+        new.nri.plugin_request_timeout_ms = 500;
+        assert_eq!(
+            changes(&old, &new),
+            (
+                vec!["nri.plugin_registration_timeout_ms, nri.plugin_request_timeout_ms"],
+                vec![]
+            )
+        );
+        new.nri.socket_path = "/run/other/nri.sock".into();
+        assert_eq!(changes(&old, &new).1, ["nri (but its timeouts)"]);
+    }
 
     #[test]
     fn changes_are_sorted_into_live_and_restart() {
