@@ -460,5 +460,26 @@ async fn a_pre_installed_plugin_is_started_with_its_config_and_joins() {
         !text.contains("StopPodSandbox") && !text.contains("RemovePodSandbox"),
         "{text}"
     );
+    // Hung, it is dropped at the next pod and stopped (not restarted, as
+    // containerd does not restart one).
+    let exe = plugins.join("05-logger").display().to_string();
+    let pid = (|| {
+        for e in std::fs::read_dir("/proc").ok()?.flatten() {
+            let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+            if cmd.split(|b| *b == 0).next() == Some(exe.as_bytes()) {
+                return e.file_name().to_str()?.parse::<i32>().ok();
+            }
+        }
+        None
+    })()
+    .expect("the pre-installed plugin runs");
+    // SAFETY: kill(2) on the plugin the server started for this test.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let pc = pod_config(&p, "pre2");
+    run(&p.h, pc).await.unwrap();
+    wait_for!(20, "the hung plugin to be stopped", {
+        (!Path::new(&format!("/proc/{pid}")).exists()).then_some(())
+    });
+    remove_listed(&p).await;
     assert_eq!(leftovers(&p), Vec::<String>::new());
 }

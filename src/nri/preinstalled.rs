@@ -78,6 +78,7 @@ fn start_one(
         });
     }
     let mut child = cmd.spawn()?;
+    let pid = child.id();
     drop(theirs);
     ours.set_nonblocking(true)?;
     let stream = tokio::net::UnixStream::from_std(ours)?;
@@ -90,7 +91,7 @@ fn start_one(
             Err(e) => tracing::warn!(plugin = %label, error = %e, "pre-installed NRI plugin"),
         }
     });
-    nri.admit_preinstalled(stream, idx.to_string(), name.to_string(), config);
+    nri.admit_preinstalled(stream, idx.to_string(), name.to_string(), config, pid);
     Ok(())
 }
 

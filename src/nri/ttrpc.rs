@@ -109,6 +109,9 @@ pub struct Conn {
     pending: Pending,
     next: AtomicU32,
     closed: watch::Receiver<Option<String>>,
+    /// Set by [`Conn::close`]: the reader stops even if the plugin is
+    /// hung and never closes its end.
+    stop: watch::Sender<bool>,
 }
 
 impl Conn {
@@ -116,15 +119,20 @@ impl Conn {
     pub fn start(stream: UnixStream, serve: Serve) -> Arc<Conn> {
         let (r, w) = stream.into_split();
         let (tx, rx) = watch::channel(None);
+        let (stop, mut stopped) = watch::channel(false);
         let conn = Arc::new(Conn {
             writer: Arc::new(tokio::sync::Mutex::new(w)),
             pending: Arc::default(),
             next: AtomicU32::new(1),
             closed: rx,
+            stop,
         });
         let (writer, pending) = (conn.writer.clone(), conn.pending.clone());
         tokio::spawn(async move {
-            let why = read_loop(r, writer.clone(), pending.clone(), serve).await;
+            let why = tokio::select! {
+                r = read_loop(r, writer.clone(), pending.clone(), serve) => r,
+                _ = stopped.changed() => Err("closed by husk".to_string()),
+            };
             let why = match why {
                 Ok(()) => "the plugin closed it".to_string(),
                 Err(e) => e,
@@ -132,7 +140,12 @@ impl Conn {
             for (_, waiter) in pending.lock().unwrap_or_else(|p| p.into_inner()).drain() {
                 let _ = waiter.send(Err(CallError::Closed(why.clone())));
             }
-            let _ = writer.lock().await.shutdown().await;
+            // Bounded: a writer stuck on a hung plugin's full buffer holds
+            // the lock.
+            let _ = tokio::time::timeout(Duration::from_secs(1), async {
+                writer.lock().await.shutdown().await
+            })
+            .await;
             let _ = tx.send(Some(why));
         });
         conn
@@ -161,21 +174,23 @@ impl Conn {
             payload,
             timeout_nano: timeout.as_nanos().min(i64::MAX as u128) as i64,
         };
-        let sent = write_frame(
-            &self.writer,
-            PLUGIN_CONN,
-            id,
-            TYPE_REQUEST,
-            &req.encode_to_vec(),
-        )
-        .await;
-        if let Err(e) = sent {
-            self.forget(id);
-            return Err(CallError::Closed(e));
-        }
-        match tokio::time::timeout(timeout, rx).await {
-            Ok(Ok(r)) => r,
-            Ok(Err(_)) => Err(CallError::Closed("the reader is gone".into())),
+        // The write is inside the timeout too: a hung plugin whose socket
+        // buffer is full must not hold the call past it.
+        let body = req.encode_to_vec();
+        let exchange = async {
+            write_frame(&self.writer, PLUGIN_CONN, id, TYPE_REQUEST, &body)
+                .await
+                .map_err(CallError::Closed)?;
+            rx.await
+                .unwrap_or_else(|_| Err(CallError::Closed("the reader is gone".into())))
+        };
+        match tokio::time::timeout(timeout, exchange).await {
+            Ok(r) => {
+                if r.is_err() {
+                    self.forget(id);
+                }
+                r
+            }
             Err(_) => {
                 self.forget(id);
                 Err(CallError::Timeout(timeout))
@@ -208,9 +223,11 @@ impl Conn {
         self.closed.borrow().is_some()
     }
 
-    /// Closes the trunk (the reader then fails every waiting call).
+    /// Closes the trunk: the reader stops (dropping the socket) and every
+    /// waiting call fails.
     pub async fn close(&self) {
-        let _ = self.writer.lock().await.shutdown().await;
+        let _ = self.stop.send(true);
+        let _ = tokio::time::timeout(Duration::from_secs(2), self.closed()).await;
     }
 }
 

@@ -1,0 +1,407 @@
+//! The chain called at the pod flow's points: one method per NRI event,
+//! each bounded by the request timeout per plugin (`mod.rs` keeps the
+//! chain, `plugin.rs` the calls).
+
+use super::plugin::{self, Plugin};
+use super::{adjust, api, Nri};
+use prost::Message;
+use std::sync::Arc;
+
+impl Nri {
+    /// The chain now, for one event.
+    async fn chain(&self) -> Vec<Arc<Plugin>> {
+        self.chain.read().await.clone()
+    }
+
+    /// Calls `event` on every plugin that wants it. A fatal error drops
+    /// the plugin; another is returned (when `strict`) or logged.
+    async fn state_event(
+        &self,
+        event: api::Event,
+        method: &str,
+        pod: &api::PodSandbox,
+        container: Option<&api::Container>,
+        strict: bool,
+    ) -> Result<(), String> {
+        for p in self.chain().await {
+            if !p.wants(event) {
+                continue;
+            }
+            match p.state_event(event, method, Some(pod), container).await {
+                Ok(()) => {}
+                Err(e) if e.is_fatal() => {
+                    self.drop_plugin(&p, &format!("{method}: {e}")).await;
+                }
+                Err(e) if strict => return Err(format!("NRI plugin {}: {method}: {e}", p.id())),
+                Err(e) => {
+                    tracing::warn!(plugin = %p.id(), method, error = %e, "NRI plugin failed an event")
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// RunPodSandbox: a plugin's error fails the pod.
+    pub async fn run_pod_sandbox(&self, pod: &api::PodSandbox) -> Result<(), String> {
+        self.state_event(api::Event::RunPodSandbox, "RunPodSandbox", pod, None, true)
+            .await
+    }
+
+    /// StopPodSandbox.
+    pub async fn stop_pod_sandbox(&self, pod: &api::PodSandbox) {
+        let _ = self
+            .state_event(
+                api::Event::StopPodSandbox,
+                "StopPodSandbox",
+                pod,
+                None,
+                false,
+            )
+            .await;
+    }
+
+    /// RemovePodSandbox.
+    pub async fn remove_pod_sandbox(&self, pod: &api::PodSandbox) {
+        let _ = self
+            .state_event(
+                api::Event::RemovePodSandbox,
+                "RemovePodSandbox",
+                pod,
+                None,
+                false,
+            )
+            .await;
+    }
+
+    /// CreateContainer: every plugin's adjustment applied to `spec` (or
+    /// none, on any error: a conflict, a refusal, a field husk cannot
+    /// apply).
+    pub async fn create_container(
+        &self,
+        pod: &api::PodSandbox,
+        container: &api::Container,
+        spec: &mut serde_json::Value,
+        cdi: adjust::CdiInject<'_>,
+    ) -> Result<(), String> {
+        let chain = self.chain().await;
+        if chain.is_empty() {
+            return Ok(());
+        }
+        let mut adjusted = spec.clone();
+        let mut owners = adjust::Owners::default();
+        let mut merged = api::ContainerAdjustment::default();
+        let req = api::CreateContainerRequest {
+            pod: Some(pod.clone()),
+            container: Some(container.clone()),
+        };
+        for p in chain.iter() {
+            if !p.wants(api::Event::CreateContainer) {
+                continue;
+            }
+            let rsp: api::CreateContainerResponse = match p.call("CreateContainer", &req).await {
+                Ok(r) => r,
+                Err(e) if e.is_fatal() => {
+                    self.drop_plugin(p, &format!("CreateContainer: {e}")).await;
+                    continue;
+                }
+                Err(e) => return Err(format!("NRI plugin {}: CreateContainer: {e}", p.id())),
+            };
+            if !rsp.update.is_empty() || !rsp.evict.is_empty() {
+                return Err(format!(
+                    "NRI plugin {} asked to update or evict other containers at CreateContainer; \
+                     husk does not apply that yet",
+                    p.id()
+                ));
+            }
+            if let Some(adj) = &rsp.adjust {
+                adjust::apply(&mut adjusted, adj, &p.id(), &mut owners, cdi)
+                    .map_err(|e| format!("NRI: {e}"))?;
+                // Protobuf's merge: lists add up, maps and fields later win.
+                prost::Message::merge(&mut merged, adj.encode_to_vec().as_slice())
+                    .map_err(|e| format!("NRI: {e}"))?;
+            }
+        }
+        self.validate(&chain, &req, merged, &owners).await?;
+        *spec = adjusted;
+        Ok(())
+    }
+
+    /// ValidateContainerAdjustment: every validator plugin sees the
+    /// adjustments and who made them; one that rejects refuses the
+    /// container with its reason.
+    async fn validate(
+        &self,
+        chain: &[Arc<Plugin>],
+        req: &api::CreateContainerRequest,
+        merged: api::ContainerAdjustment,
+        owners: &adjust::Owners,
+    ) -> Result<(), String> {
+        let validators: Vec<&Arc<Plugin>> = chain
+            .iter()
+            .filter(|p| p.wants(api::Event::ValidateContainerAdjustment) && !p.is_closed())
+            .collect();
+        if validators.is_empty() {
+            return Ok(());
+        }
+        let id = req
+            .container
+            .as_ref()
+            .map(|c| c.id.clone())
+            .unwrap_or_default();
+        let v = api::ValidateContainerAdjustmentRequest {
+            pod: req.pod.clone(),
+            container: req.container.clone(),
+            adjust: Some(merged),
+            update: Vec::new(),
+            owners: Some(owners.to_proto(&id)),
+            plugins: chain
+                .iter()
+                .map(|p| api::PluginInstance {
+                    name: p.name.clone(),
+                    index: p.idx.clone(),
+                })
+                .collect(),
+        };
+        for p in validators {
+            let rsp: api::ValidateContainerAdjustmentResponse =
+                match p.call("ValidateContainerAdjustment", &v).await {
+                    Ok(r) => r,
+                    Err(e) if e.is_fatal() => {
+                        self.drop_plugin(p, &format!("ValidateContainerAdjustment: {e}"))
+                            .await;
+                        continue;
+                    }
+                    Err(e) => return Err(format!("NRI validator {} failed: {e}", p.id())),
+                };
+            if rsp.reject {
+                return Err(format!(
+                    "NRI validator {} rejected the container's adjustment: {}",
+                    p.id(),
+                    rsp.reason
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// PostCreateContainer.
+    pub async fn post_create_container(&self, pod: &api::PodSandbox, c: &api::Container) {
+        let _ = self
+            .state_event(
+                api::Event::PostCreateContainer,
+                "PostCreateContainer",
+                pod,
+                Some(c),
+                false,
+            )
+            .await;
+    }
+
+    /// StartContainer: a plugin's error fails the start.
+    pub async fn start_container(
+        &self,
+        pod: &api::PodSandbox,
+        c: &api::Container,
+    ) -> Result<(), String> {
+        self.state_event(
+            api::Event::StartContainer,
+            "StartContainer",
+            pod,
+            Some(c),
+            true,
+        )
+        .await
+    }
+
+    /// PostStartContainer.
+    pub async fn post_start_container(&self, pod: &api::PodSandbox, c: &api::Container) {
+        let _ = self
+            .state_event(
+                api::Event::PostStartContainer,
+                "PostStartContainer",
+                pod,
+                Some(c),
+                false,
+            )
+            .await;
+    }
+
+    /// StopContainer (updates it answers are not applied yet: logged).
+    pub async fn stop_container(&self, pod: &api::PodSandbox, c: &api::Container) {
+        let req = api::StopContainerRequest {
+            pod: Some(pod.clone()),
+            container: Some(c.clone()),
+        };
+        for p in self.chain().await {
+            if !p.wants(api::Event::StopContainer) {
+                continue;
+            }
+            match p
+                .call::<_, api::StopContainerResponse>("StopContainer", &req)
+                .await
+            {
+                Ok(r) if !r.update.is_empty() => {
+                    tracing::warn!(plugin = %p.id(), "NRI plugin asked for container updates at StopContainer; husk applies none yet")
+                }
+                Ok(_) => {}
+                Err(e) if e.is_fatal() => {
+                    self.drop_plugin(&p, &format!("StopContainer: {e}")).await
+                }
+                Err(e) => {
+                    tracing::warn!(plugin = %p.id(), error = %e, "NRI plugin failed StopContainer")
+                }
+            }
+        }
+    }
+
+    /// UpdateContainer: the plugins see the resources asked; an update a
+    /// plugin answers for this container replaces them (the last wins).
+    /// A plugin's error fails the update. Updates of other containers and
+    /// evictions are not applied yet (logged).
+    pub async fn update_container(
+        &self,
+        pod: &api::PodSandbox,
+        c: &api::Container,
+        asked: api::LinuxResources,
+    ) -> Result<Option<api::LinuxResources>, String> {
+        let mut req = api::UpdateContainerRequest {
+            pod: Some(pod.clone()),
+            container: Some(c.clone()),
+            linux_resources: Some(asked),
+        };
+        let mut changed = None;
+        for p in self.chain().await {
+            if !p.wants(api::Event::UpdateContainer) {
+                continue;
+            }
+            let rsp: api::UpdateContainerResponse = match p.call("UpdateContainer", &req).await {
+                Ok(r) => r,
+                Err(e) if e.is_fatal() => {
+                    self.drop_plugin(&p, &format!("UpdateContainer: {e}")).await;
+                    continue;
+                }
+                Err(e) => return Err(format!("NRI plugin {}: UpdateContainer: {e}", p.id())),
+            };
+            for u in rsp.update {
+                match u.linux.and_then(|l| l.resources) {
+                    Some(r) if u.container_id == c.id => {
+                        req.linux_resources = Some(r.clone());
+                        changed = Some(r);
+                    }
+                    _ => {
+                        tracing::warn!(plugin = %p.id(), container_id = %u.container_id, "NRI plugin asked to update another container at UpdateContainer; husk does not apply that yet")
+                    }
+                }
+            }
+            for e in rsp.evict {
+                tracing::warn!(plugin = %p.id(), container_id = %e.container_id, reason = %e.reason, "NRI plugin asked for an eviction; husk does not apply that yet");
+            }
+        }
+        Ok(changed)
+    }
+
+    /// PostUpdateContainer.
+    pub async fn post_update_container(&self, pod: &api::PodSandbox, c: &api::Container) {
+        let req = api::PostUpdateContainerRequest {
+            pod: Some(pod.clone()),
+            container: Some(c.clone()),
+        };
+        self.notify(
+            api::Event::PostUpdateContainer,
+            "PostUpdateContainer",
+            &req,
+            pod,
+            Some(c),
+        )
+        .await;
+    }
+
+    /// UpdatePodSandbox: a plugin's error fails the resize.
+    pub async fn update_pod_sandbox(
+        &self,
+        pod: &api::PodSandbox,
+        overhead: Option<api::LinuxResources>,
+        resources: Option<api::LinuxResources>,
+    ) -> Result<(), String> {
+        let req = api::UpdatePodSandboxRequest {
+            pod: Some(pod.clone()),
+            overhead_linux_resources: overhead,
+            linux_resources: resources,
+        };
+        for p in self.chain().await {
+            if !p.wants(api::Event::UpdatePodSandbox) {
+                continue;
+            }
+            match p
+                .call::<_, api::UpdatePodSandboxResponse>("UpdatePodSandbox", &req)
+                .await
+            {
+                Ok(_) => {}
+                Err(e) if e.is_fatal() => {
+                    self.drop_plugin(&p, &format!("UpdatePodSandbox: {e}"))
+                        .await
+                }
+                Err(e) => return Err(format!("NRI plugin {}: UpdatePodSandbox: {e}", p.id())),
+            }
+        }
+        Ok(())
+    }
+
+    /// PostUpdatePodSandbox.
+    pub async fn post_update_pod_sandbox(&self, pod: &api::PodSandbox) {
+        let req = api::PostUpdatePodSandboxRequest {
+            pod: Some(pod.clone()),
+        };
+        self.notify(
+            api::Event::PostUpdatePodSandbox,
+            "PostUpdatePodSandbox",
+            &req,
+            pod,
+            None,
+        )
+        .await;
+    }
+
+    /// A post-event by its own method (or `StateChange` for a plugin of
+    /// an older NRI); errors are logged.
+    async fn notify<Req: prost::Message>(
+        &self,
+        event: api::Event,
+        method: &str,
+        req: &Req,
+        pod: &api::PodSandbox,
+        c: Option<&api::Container>,
+    ) {
+        for p in self.chain().await {
+            if !p.wants(event) {
+                continue;
+            }
+            let r = match p.call::<_, api::Empty>(method, req).await {
+                Err(plugin::CallError::Status { code: 12, .. }) => {
+                    p.state_event(event, "StateChange", Some(pod), c).await
+                }
+                r => r.map(drop),
+            };
+            match r {
+                Ok(()) => {}
+                Err(e) if e.is_fatal() => self.drop_plugin(&p, &format!("{method}: {e}")).await,
+                Err(e) => {
+                    tracing::warn!(plugin = %p.id(), method, error = %e, "NRI plugin failed an event")
+                }
+            }
+        }
+    }
+
+    /// RemoveContainer.
+    pub async fn remove_container(&self, pod: &api::PodSandbox, c: &api::Container) {
+        let _ = self
+            .state_event(
+                api::Event::RemoveContainer,
+                "RemoveContainer",
+                pod,
+                Some(c),
+                false,
+            )
+            .await;
+    }
+}
