@@ -13,25 +13,36 @@ impl Nri {
         self.chain.read().await.clone()
     }
 
-    /// Calls `event` on every plugin that wants it. A fatal error drops
-    /// the plugin; another is returned (when `strict`) or logged.
-    async fn state_event(
+    /// Calls `method` with `req` on every plugin that wants `event` (a
+    /// plugin of an older NRI, which answers Unimplemented, gets a state
+    /// event as `StateChange`). A fatal error drops the plugin; another is
+    /// returned (when `strict`) or logged.
+    async fn event<Req: Message>(
         &self,
         event: api::Event,
         method: &str,
+        req: &Req,
         pod: &api::PodSandbox,
-        container: Option<&api::Container>,
+        c: Option<&api::Container>,
         strict: bool,
     ) -> Result<(), String> {
         for p in self.chain().await {
             if !p.wants(event) {
                 continue;
             }
-            match p.state_event(event, method, Some(pod), container).await {
-                Ok(()) => {}
-                Err(e) if e.is_fatal() => {
-                    self.drop_plugin(&p, &format!("{method}: {e}")).await;
+            let r = match p.call::<_, api::Empty>(method, req).await {
+                // NRI relays every state event but UpdatePodSandbox to a
+                // plugin of an older NRI as StateChange.
+                Err(plugin::CallError::Status { code, .. })
+                    if code == plugin::UNIMPLEMENTED && event != api::Event::UpdatePodSandbox =>
+                {
+                    p.state_change(event, pod, c).await
                 }
+                r => r.map(drop),
+            };
+            match r {
+                Ok(()) => {}
+                Err(e) if e.is_fatal() => self.drop_plugin(&p, &format!("{method}: {e}")).await,
                 Err(e) if strict => return Err(format!("NRI plugin {}: {method}: {e}", p.id())),
                 Err(e) => {
                     tracing::warn!(plugin = %p.id(), method, error = %e, "NRI plugin failed an event")
@@ -43,16 +54,28 @@ impl Nri {
 
     /// RunPodSandbox: a plugin's error fails the pod.
     pub async fn run_pod_sandbox(&self, pod: &api::PodSandbox) -> Result<(), String> {
-        self.state_event(api::Event::RunPodSandbox, "RunPodSandbox", pod, None, true)
-            .await
+        self.event(
+            api::Event::RunPodSandbox,
+            "RunPodSandbox",
+            &api::RunPodSandboxRequest {
+                pod: Some(pod.clone()),
+            },
+            pod,
+            None,
+            true,
+        )
+        .await
     }
 
     /// StopPodSandbox.
     pub async fn stop_pod_sandbox(&self, pod: &api::PodSandbox) {
         let _ = self
-            .state_event(
+            .event(
                 api::Event::StopPodSandbox,
                 "StopPodSandbox",
+                &api::StopPodSandboxRequest {
+                    pod: Some(pod.clone()),
+                },
                 pod,
                 None,
                 false,
@@ -63,9 +86,12 @@ impl Nri {
     /// RemovePodSandbox.
     pub async fn remove_pod_sandbox(&self, pod: &api::PodSandbox) {
         let _ = self
-            .state_event(
+            .event(
                 api::Event::RemovePodSandbox,
                 "RemovePodSandbox",
+                &api::RemovePodSandboxRequest {
+                    pod: Some(pod.clone()),
+                },
                 pod,
                 None,
                 false,
@@ -187,9 +213,13 @@ impl Nri {
     /// PostCreateContainer.
     pub async fn post_create_container(&self, pod: &api::PodSandbox, c: &api::Container) {
         let _ = self
-            .state_event(
+            .event(
                 api::Event::PostCreateContainer,
                 "PostCreateContainer",
+                &api::PostCreateContainerRequest {
+                    pod: Some(pod.clone()),
+                    container: Some(c.clone()),
+                },
                 pod,
                 Some(c),
                 false,
@@ -203,9 +233,13 @@ impl Nri {
         pod: &api::PodSandbox,
         c: &api::Container,
     ) -> Result<(), String> {
-        self.state_event(
+        self.event(
             api::Event::StartContainer,
             "StartContainer",
+            &api::StartContainerRequest {
+                pod: Some(pod.clone()),
+                container: Some(c.clone()),
+            },
             pod,
             Some(c),
             true,
@@ -216,9 +250,13 @@ impl Nri {
     /// PostStartContainer.
     pub async fn post_start_container(&self, pod: &api::PodSandbox, c: &api::Container) {
         let _ = self
-            .state_event(
+            .event(
                 api::Event::PostStartContainer,
                 "PostStartContainer",
+                &api::PostStartContainerRequest {
+                    pod: Some(pod.clone()),
+                    container: Some(c.clone()),
+                },
                 pod,
                 Some(c),
                 false,
@@ -306,14 +344,16 @@ impl Nri {
             pod: Some(pod.clone()),
             container: Some(c.clone()),
         };
-        self.notify(
-            api::Event::PostUpdateContainer,
-            "PostUpdateContainer",
-            &req,
-            pod,
-            Some(c),
-        )
-        .await;
+        let _ = self
+            .event(
+                api::Event::PostUpdateContainer,
+                "PostUpdateContainer",
+                &req,
+                pod,
+                Some(c),
+                false,
+            )
+            .await;
     }
 
     /// UpdatePodSandbox: a plugin's error fails the resize.
@@ -328,23 +368,15 @@ impl Nri {
             overhead_linux_resources: overhead,
             linux_resources: resources,
         };
-        for p in self.chain().await {
-            if !p.wants(api::Event::UpdatePodSandbox) {
-                continue;
-            }
-            match p
-                .call::<_, api::UpdatePodSandboxResponse>("UpdatePodSandbox", &req)
-                .await
-            {
-                Ok(_) => {}
-                Err(e) if e.is_fatal() => {
-                    self.drop_plugin(&p, &format!("UpdatePodSandbox: {e}"))
-                        .await
-                }
-                Err(e) => return Err(format!("NRI plugin {}: UpdatePodSandbox: {e}", p.id())),
-            }
-        }
-        Ok(())
+        self.event(
+            api::Event::UpdatePodSandbox,
+            "UpdatePodSandbox",
+            &req,
+            pod,
+            None,
+            true,
+        )
+        .await
     }
 
     /// PostUpdatePodSandbox.
@@ -352,52 +384,28 @@ impl Nri {
         let req = api::PostUpdatePodSandboxRequest {
             pod: Some(pod.clone()),
         };
-        self.notify(
-            api::Event::PostUpdatePodSandbox,
-            "PostUpdatePodSandbox",
-            &req,
-            pod,
-            None,
-        )
-        .await;
-    }
-
-    /// A post-event by its own method (or `StateChange` for a plugin of
-    /// an older NRI); errors are logged.
-    async fn notify<Req: prost::Message>(
-        &self,
-        event: api::Event,
-        method: &str,
-        req: &Req,
-        pod: &api::PodSandbox,
-        c: Option<&api::Container>,
-    ) {
-        for p in self.chain().await {
-            if !p.wants(event) {
-                continue;
-            }
-            let r = match p.call::<_, api::Empty>(method, req).await {
-                Err(plugin::CallError::Status { code: 12, .. }) => {
-                    p.state_event(event, "StateChange", Some(pod), c).await
-                }
-                r => r.map(drop),
-            };
-            match r {
-                Ok(()) => {}
-                Err(e) if e.is_fatal() => self.drop_plugin(&p, &format!("{method}: {e}")).await,
-                Err(e) => {
-                    tracing::warn!(plugin = %p.id(), method, error = %e, "NRI plugin failed an event")
-                }
-            }
-        }
+        let _ = self
+            .event(
+                api::Event::PostUpdatePodSandbox,
+                "PostUpdatePodSandbox",
+                &req,
+                pod,
+                None,
+                false,
+            )
+            .await;
     }
 
     /// RemoveContainer.
     pub async fn remove_container(&self, pod: &api::PodSandbox, c: &api::Container) {
         let _ = self
-            .state_event(
+            .event(
                 api::Event::RemoveContainer,
                 "RemoveContainer",
+                &api::RemoveContainerRequest {
+                    pod: Some(pod.clone()),
+                    container: Some(c.clone()),
+                },
                 pod,
                 Some(c),
                 false,

@@ -22,7 +22,7 @@ const RUNTIME_SERVICE: &str = "nri.pkg.api.v1alpha1.Runtime";
 
 /// ttrpc's Unimplemented code: a plugin built against an older NRI takes
 /// state events through `StateChange`.
-const UNIMPLEMENTED: i32 = 12;
+pub(super) const UNIMPLEMENTED: i32 = 12;
 
 /// The bit of `event` in an NRI event mask.
 pub fn bit(event: api::Event) -> i32 {
@@ -273,97 +273,22 @@ impl Plugin {
         Rsp::decode(body.as_slice()).map_err(|e| CallError::Closed(format!("{method}: {e}")))
     }
 
-    /// A state event (nothing to answer but an error): its own method, or
-    /// `StateChange` for a plugin of an older NRI.
-    pub async fn state_event(
+    /// `StateChange`: how a plugin of an older NRI takes a state event.
+    pub async fn state_change(
         &self,
         event: api::Event,
-        method: &str,
-        pod: Option<&api::PodSandbox>,
+        pod: &api::PodSandbox,
         container: Option<&api::Container>,
     ) -> Result<(), CallError> {
-        let pod = pod.cloned();
-        let container = container.cloned();
-        let r = match method {
-            "RunPodSandbox" => self
-                .call::<_, api::RunPodSandboxResponse>(
-                    method,
-                    &api::RunPodSandboxRequest { pod: pod.clone() },
-                )
-                .await
-                .map(drop),
-            "StopPodSandbox" => self
-                .call::<_, api::StopPodSandboxResponse>(
-                    method,
-                    &api::StopPodSandboxRequest { pod: pod.clone() },
-                )
-                .await
-                .map(drop),
-            "RemovePodSandbox" => self
-                .call::<_, api::RemovePodSandboxResponse>(
-                    method,
-                    &api::RemovePodSandboxRequest { pod: pod.clone() },
-                )
-                .await
-                .map(drop),
-            "PostCreateContainer" => self
-                .call::<_, api::PostCreateContainerResponse>(
-                    method,
-                    &api::PostCreateContainerRequest {
-                        pod: pod.clone(),
-                        container: container.clone(),
-                    },
-                )
-                .await
-                .map(drop),
-            "StartContainer" => self
-                .call::<_, api::StartContainerResponse>(
-                    method,
-                    &api::StartContainerRequest {
-                        pod: pod.clone(),
-                        container: container.clone(),
-                    },
-                )
-                .await
-                .map(drop),
-            "PostStartContainer" => self
-                .call::<_, api::PostStartContainerResponse>(
-                    method,
-                    &api::PostStartContainerRequest {
-                        pod: pod.clone(),
-                        container: container.clone(),
-                    },
-                )
-                .await
-                .map(drop),
-            "RemoveContainer" => self
-                .call::<_, api::RemoveContainerResponse>(
-                    method,
-                    &api::RemoveContainerRequest {
-                        pod: pod.clone(),
-                        container: container.clone(),
-                    },
-                )
-                .await
-                .map(drop),
-            _ => Err(CallError::Status {
-                code: UNIMPLEMENTED,
-                message: method.into(),
-            }),
-        };
-        match r {
-            Err(CallError::Status { code, .. }) if code == UNIMPLEMENTED => self
-                .call::<_, api::Empty>(
-                    "StateChange",
-                    &api::StateChangeEvent {
-                        event: event as i32,
-                        pod,
-                        container,
-                    },
-                )
-                .await
-                .map(drop),
-            r => r,
-        }
+        self.call::<_, api::Empty>(
+            "StateChange",
+            &api::StateChangeEvent {
+                event: event as i32,
+                pod: Some(pod.clone()),
+                container: container.cloned(),
+            },
+        )
+        .await
+        .map(drop)
     }
 }
