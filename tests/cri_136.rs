@@ -158,7 +158,9 @@ async fn image_volumes_read_only_with_sub_paths_and_kept_from_removal() {
     // Bad input: a clear error, nothing made.
     let containers_dir = p.h.root().join("containers");
     let before = common::count_files(&containers_dir);
-    let mounts_before = common::mounts_under(p.h.dir.path()).len();
+    // Under the root only: the spare made ahead for the next pod pins its
+    // namespaces under the state dir whenever it is ready.
+    let mounts_before = common::mounts_under(&p.h.root()).len();
     let missing = format!("{}/data/never-pulled:v1", p.reg.host());
     for (name, m, code, says) in [
         (
@@ -209,7 +211,7 @@ async fn image_volumes_read_only_with_sub_paths_and_kept_from_removal() {
         before,
         "a refused create left files"
     );
-    assert_eq!(common::mounts_under(p.h.dir.path()).len(), mounts_before);
+    assert_eq!(common::mounts_under(&p.h.root()).len(), mounts_before);
 
     // image_ref honoured: the image by its digest, and a mismatch refused.
     let digest = p.h.status(&two).await.unwrap().repo_digests[0].clone();
