@@ -162,40 +162,46 @@ impl Conn {
         if let Some(why) = self.closed.borrow().clone() {
             return Err(CallError::Closed(why));
         }
-        let id = self.next.fetch_add(2, Ordering::Relaxed);
-        let (tx, rx) = oneshot::channel();
-        self.pending
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(id, tx);
         let req = Request {
             service: service.into(),
             method: method.into(),
             payload,
             timeout_nano: timeout.as_nanos().min(i64::MAX as u128) as i64,
         };
+        let body = req.encode_to_vec();
+        let (tx, rx) = oneshot::channel();
+        // 0 until an id is taken; ids start at 1.
+        let taken = AtomicU32::new(0);
         // The write is inside the timeout too: a hung plugin whose socket
         // buffer is full must not hold the call past it.
-        let body = req.encode_to_vec();
         let exchange = async {
-            write_frame(&self.writer, PLUGIN_CONN, id, TYPE_REQUEST, &body)
-                .await
-                .map_err(CallError::Closed)?;
+            {
+                // The id is taken under the writer's lock, so ids reach the
+                // wire in increasing order: a Go ttrpc server refuses a
+                // stream id lower than one it has seen.
+                let mut w = self.writer.lock().await;
+                let id = self.next.fetch_add(2, Ordering::Relaxed);
+                taken.store(id, Ordering::Relaxed);
+                let out = frame(PLUGIN_CONN, id, TYPE_REQUEST, &body).map_err(CallError::Closed)?;
+                self.pending
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(id, tx);
+                w.write_all(&out)
+                    .await
+                    .map_err(|e| CallError::Closed(format!("write: {e}")))?;
+            }
             rx.await
                 .unwrap_or_else(|_| Err(CallError::Closed("the reader is gone".into())))
         };
-        match tokio::time::timeout(timeout, exchange).await {
-            Ok(r) => {
-                if r.is_err() {
-                    self.forget(id);
-                }
-                r
-            }
-            Err(_) => {
-                self.forget(id);
-                Err(CallError::Timeout(timeout))
-            }
+        let r = match tokio::time::timeout(timeout, exchange).await {
+            Ok(r) => r,
+            Err(_) => Err(CallError::Timeout(timeout)),
+        };
+        if r.is_err() {
+            self.forget(taken.load(Ordering::Relaxed));
         }
+        r
     }
 
     fn forget(&self, id: u32) {
@@ -328,7 +334,7 @@ fn take_frame(buf: &mut Vec<u8>) -> Result<Option<(u32, u8, Vec<u8>)>, String> {
     Ok(Some((id, kind, body)))
 }
 
-/// One ttrpc frame on connection `conn`, as one chunk of the trunk.
+/// One ttrpc frame on connection `conn`, written as trunk chunks.
 async fn write_frame(
     writer: &tokio::sync::Mutex<OwnedWriteHalf>,
     conn: u32,
@@ -336,6 +342,13 @@ async fn write_frame(
     kind: u8,
     body: &[u8],
 ) -> Result<(), String> {
+    let out = frame(conn, id, kind, body)?;
+    let mut w = writer.lock().await;
+    w.write_all(&out).await.map_err(|e| format!("write: {e}"))
+}
+
+/// One ttrpc frame on connection `conn`, as trunk chunks.
+fn frame(conn: u32, id: u32, kind: u8, body: &[u8]) -> Result<Vec<u8>, String> {
     if body.len() > MAX_MESSAGE {
         return Err(format!(
             "a message of {} bytes, over ttrpc's limit",
@@ -348,9 +361,7 @@ async fn write_frame(
     frame.push(kind);
     frame.push(0);
     frame.extend_from_slice(body);
-    let out = chunks(conn, &frame);
-    let mut w = writer.lock().await;
-    w.write_all(&out).await.map_err(|e| format!("write: {e}"))
+    Ok(chunks(conn, &frame))
 }
 
 /// `frame` as trunk chunks of at most [`CHUNK`] bytes each.
@@ -497,6 +508,54 @@ mod tests {
             .await
             .expect_err("closed");
         assert!(e.is_fatal(), "{e:?}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn concurrent_calls_reach_the_wire_with_increasing_ids() {
+        let (a, mut b) = UnixStream::pair().expect("pair");
+        let conn = Conn::start(a, Arc::new(|_, _, _| Box::pin(async { Ok(vec![]) })));
+        const N: usize = 200;
+        // The far side: every request's id must be above the last one, as
+        // a Go ttrpc server requires; each is answered with its own id.
+        let far = tokio::spawn(async move {
+            let mut last = 0u32;
+            for _ in 0..N {
+                let mut hdr = [0u8; 8];
+                b.read_exact(&mut hdr).await.expect("test");
+                let len = u32::from_be_bytes(hdr[4..8].try_into().expect("test")) as usize;
+                let mut f = vec![0u8; len];
+                b.read_exact(&mut f).await.expect("test");
+                let (id, _, _) = take_frame(&mut f).expect("test").expect("whole");
+                assert!(id > last, "id {id} after {last}");
+                last = id;
+                let resp = Response {
+                    status: None,
+                    payload: id.to_be_bytes().to_vec(),
+                }
+                .encode_to_vec();
+                let out = frame(PLUGIN_CONN, id, TYPE_RESPONSE, &resp).expect("test");
+                b.write_all(&out).await.expect("test");
+            }
+            b
+        });
+        let calls: Vec<_> = (0..N)
+            .map(|_| {
+                let conn = conn.clone();
+                tokio::spawn(async move {
+                    conn.call("p", "Hello", vec![7; 64], Duration::from_secs(10))
+                        .await
+                })
+            })
+            .collect();
+        let mut ids = Vec::new();
+        for c in calls {
+            let got = c.await.expect("test").expect("answered");
+            ids.push(u32::from_be_bytes(got.try_into().expect("an id")));
+        }
+        ids.sort();
+        ids.dedup();
+        assert_eq!(ids.len(), N, "each call got its own answer");
+        let _b = far.await.expect("the ids increased");
     }
 
     #[tokio::test]
