@@ -108,6 +108,9 @@ pub struct Conn {
     writer: Arc<tokio::sync::Mutex<OwnedWriteHalf>>,
     pending: Pending,
     next: AtomicU32,
+    /// The connection this side's calls go on ([`PLUGIN_CONN`] for the
+    /// runtime, [`RUNTIME_CONN`] for a plugin).
+    out: u32,
     closed: watch::Receiver<Option<String>>,
     /// Set by [`Conn::close`]: the reader stops even if the plugin is
     /// hung and never closes its end.
@@ -115,8 +118,19 @@ pub struct Conn {
 }
 
 impl Conn {
-    /// Takes `stream` and starts reading it.
+    /// Takes `stream` as the runtime's end and starts reading it: calls
+    /// go to the plugin's service, the plugin's requests are `serve`d.
     pub fn start(stream: UnixStream, serve: Serve) -> Arc<Conn> {
+        Conn::start_as(stream, serve, PLUGIN_CONN)
+    }
+
+    /// Takes `stream` as a plugin's end (a plugin made by a test, or a
+    /// tool): calls go to the runtime's service, its requests are `serve`d.
+    pub fn start_plugin(stream: UnixStream, serve: Serve) -> Arc<Conn> {
+        Conn::start_as(stream, serve, RUNTIME_CONN)
+    }
+
+    fn start_as(stream: UnixStream, serve: Serve, out: u32) -> Arc<Conn> {
         let (r, w) = stream.into_split();
         let (tx, rx) = watch::channel(None);
         let (stop, mut stopped) = watch::channel(false);
@@ -124,13 +138,14 @@ impl Conn {
             writer: Arc::new(tokio::sync::Mutex::new(w)),
             pending: Arc::default(),
             next: AtomicU32::new(1),
+            out,
             closed: rx,
             stop,
         });
         let (writer, pending) = (conn.writer.clone(), conn.pending.clone());
         tokio::spawn(async move {
             let why = tokio::select! {
-                r = read_loop(r, writer.clone(), pending.clone(), serve) => r,
+                r = read_loop(r, writer.clone(), pending.clone(), serve, out) => r,
                 _ = stopped.changed() => Err("closed by husk".to_string()),
             };
             let why = match why {
@@ -182,7 +197,7 @@ impl Conn {
                 let mut w = self.writer.lock().await;
                 let id = self.next.fetch_add(2, Ordering::Relaxed);
                 taken.store(id, Ordering::Relaxed);
-                let out = frame(PLUGIN_CONN, id, TYPE_REQUEST, &body).map_err(CallError::Closed)?;
+                let out = frame(self.out, id, TYPE_REQUEST, &body).map_err(CallError::Closed)?;
                 self.pending
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
@@ -243,7 +258,14 @@ async fn read_loop(
     writer: Arc<tokio::sync::Mutex<OwnedWriteHalf>>,
     pending: Pending,
     serve: Serve,
+    out: u32,
 ) -> Result<(), String> {
+    // The other side's calls come on the other connection.
+    let inc = if out == PLUGIN_CONN {
+        RUNTIME_CONN
+    } else {
+        PLUGIN_CONN
+    };
     // The byte stream of each connection, until a frame is whole.
     let mut streams: HashMap<u32, Vec<u8>> = HashMap::new();
     loop {
@@ -271,7 +293,7 @@ async fn read_loop(
         buf.extend_from_slice(&chunk);
         while let Some((id, kind, body)) = take_frame(buf)? {
             match (conn, kind) {
-                (PLUGIN_CONN, TYPE_RESPONSE) => {
+                (c, TYPE_RESPONSE) if c == out => {
                     let resp = Response::decode(body.as_slice())
                         .map_err(|e| format!("a response that is not ttrpc's: {e}"))?;
                     let r = match resp.status {
@@ -289,7 +311,7 @@ async fn read_loop(
                         let _ = w.send(r);
                     }
                 }
-                (RUNTIME_CONN, TYPE_REQUEST) => {
+                (c, TYPE_REQUEST) if c == inc => {
                     let req = Request::decode(body.as_slice())
                         .map_err(|e| format!("a request that is not ttrpc's: {e}"))?;
                     let answer = serve(req.service, req.method, req.payload);
@@ -306,7 +328,7 @@ async fn read_loop(
                             },
                         };
                         let body = resp.encode_to_vec();
-                        let _ = write_frame(&writer, RUNTIME_CONN, id, TYPE_RESPONSE, &body).await;
+                        let _ = write_frame(&writer, inc, id, TYPE_RESPONSE, &body).await;
                     });
                 }
                 (c, k) => return Err(format!("a frame of type {k} on connection {c}")),
