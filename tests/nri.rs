@@ -5,92 +5,22 @@
 //!   validation of adjustments included), in NRI's order, and
 //!   its `Synchronize` lists the pod and container that ran before it
 //!   connected; its `-add-env` reaches the container's environment.
-//! - `nri-device-injector` injects a device node, a mount and a CDI
-//!   device from pod annotations (its README's syntax), seen inside the
-//!   container; `nri-ulimit-adjuster` sets RLIMIT_NOFILE and
-//!   RLIMIT_MEMLOCK, seen in `/proc/self/limits`.
-//! - Two plugins setting one field: the container is refused naming both
-//!   plugins and the field, and nothing of it is left.
 //! - A plugin that hangs (SIGSTOP) and one killed: pods keep starting,
 //!   each request bounded by the request timeout, the plugins dropped.
+//! - A pre-installed plugin is started with its config and joins.
+//!
+//! The adjustments plugins make are `nri_adjust.rs`'s.
 #![allow(clippy::unwrap_used)]
 
 mod common;
 
 use common::ctr::{ccfg, create_start, pod_config, sh};
-use common::images::busybox_entries;
-use common::images::{Compression, Format, Layer, Pusher};
+use common::nri_plugin::{connected, image, Plugin};
 use common::pod::*;
 use husk::api::cri::*;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
-use tonic::Code;
-
-async fn image(p: &Pod) -> String {
-    let img = common::images::Image::with_config(
-        vec![Layer::new(&busybox_entries(), Compression::Gzip)],
-        "amd64",
-        serde_json::json!({"Env": ["PATH=/bin"]}),
-    );
-    Pusher::new(&p.reg)
-        .image("app/nri", "v1", &img, Format::Oci)
-        .await;
-    let r = format!("{}/app/nri:v1", p.reg.host());
-    p.h.pull(&r).await.unwrap();
-    r
-}
-
-/// A plugin of `../shared/nri/` dialing the server's socket; killed on
-/// drop.
-struct Plugin(Child);
-
-impl Plugin {
-    /// Starts `binary` and waits until the server has it in its chain as
-    /// `id` (`<idx>-<name>`).
-    async fn start(p: &Pod, binary: &str, id: &str, args: &[&str]) -> Plugin {
-        let before = connected(p, id);
-        let child = Command::new(common::shared(&format!("nri/{binary}")))
-            // The samples name the flag two ways.
-            .arg(match binary {
-                "nri-logger" | "nri-device-injector" => "-socket-path",
-                _ => "-socket",
-            })
-            .arg(p.h.nri_socket())
-            .arg("-idx")
-            .arg(&id[..2])
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        wait_for!(20, format!("{id} to connect"), {
-            (connected(p, id) > before).then_some(())
-        });
-        Plugin(child)
-    }
-
-    fn signal(&self, sig: i32) {
-        // SAFETY: kill(2) on the plugin this test started.
-        unsafe { libc::kill(self.0.id() as i32, sig) };
-    }
-}
-
-impl Drop for Plugin {
-    fn drop(&mut self) {
-        self.signal(libc::SIGCONT);
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// How many times the server logged `id` joining its chain.
-fn connected(p: &Pod, id: &str) -> usize {
-    p.h.log()
-        .lines()
-        .filter(|l| l.contains("NRI plugin connected") && l.contains(&format!("plugin={id} ")))
-        .count()
-}
 
 /// The events the logger logged, in order (a request logs many lines,
 /// each starting with its event's name; this test's flow never repeats an
@@ -262,111 +192,6 @@ async fn the_logger_sees_a_pod_s_life_in_order_and_what_ran_before_it() {
         "the plugin stayed in the chain"
     );
     drop(logger);
-    remove_listed(&p).await;
-    assert_eq!(leftovers(&p), Vec::<String>::new());
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn devices_mounts_cdi_and_rlimits_come_from_the_plugins() {
-    if !common::require_root() {
-        return;
-    }
-    let cdi = tempfile::tempdir().unwrap();
-    std::fs::write(
-        cdi.path().join("vendor.yaml"),
-        "cdiVersion: 0.6.0\nkind: nri.husk.dev/dev\ndevices:\n- name: d0\n  containerEdits:\n    env: [CDI_BY_NRI=1]\n",
-    )
-    .unwrap();
-    let p = setup_with(
-        vec![],
-        "/usr/lib/cni",
-        vec!["--cdi-spec-dirs".into(), cdi.path().display().to_string()],
-    )
-    .await;
-    let image = image(&p).await;
-    let _devices = Plugin::start(&p, "nri-device-injector", "10-nri-device-injector", &[]).await;
-    let _ulimits = Plugin::start(&p, "nri-ulimit-adjuster", "20-nri-ulimit-adjuster", &[]).await;
-    let mut pc = pod_config(&p, "inject");
-    pc.annotations.insert(
-        "devices.noderesource.dev/container.app".into(),
-        "- path: /dev/nri-null\n  type: c\n  major: 1\n  minor: 3\n  file_mode: 0666\n".into(),
-    );
-    pc.annotations.insert(
-        "mounts.noderesource.dev/container.app".into(),
-        "- source: tmpfs\n  destination: /nri-tmp\n  type: tmpfs\n  options: [nosuid, size=1m]\n"
-            .into(),
-    );
-    pc.annotations.insert(
-        "cdi-devices.noderesource.dev/container.app".into(),
-        "- nri.husk.dev/dev=d0\n".into(),
-    );
-    pc.annotations.insert(
-        "ulimits.noderesource.dev/container.app".into(),
-        "- type: RLIMIT_NOFILE\n  soft: 1111\n  hard: 2222\n- type: memlock\n  soft: 65536\n  hard: 131072\n"
-            .into(),
-    );
-    let pod = run(&p.h, pc.clone()).await.unwrap();
-    let c = create_start(&p.h, &pod, &pc, ccfg(&image, "app", &["sleep", "100"], &[])).await;
-    let dev = sh(
-        &p,
-        &c,
-        "stat -c '%t %T %F' /dev/nri-null; echo x > /dev/nri-null",
-    )
-    .await;
-    assert_eq!(dev.trim(), "1 3 character special file");
-    let mounts = sh(&p, &c, "cat /proc/self/mounts").await;
-    assert!(
-        mounts.lines().any(|l| l.contains(" /nri-tmp tmpfs ")),
-        "{mounts}"
-    );
-    assert!(sh(&p, &c, "env").await.lines().any(|l| l == "CDI_BY_NRI=1"));
-    let limits = sh(&p, &c, "cat /proc/self/limits").await;
-    let row = |name: &str| -> Vec<String> {
-        limits
-            .lines()
-            .find(|l| l.starts_with(name))
-            .unwrap_or_else(|| panic!("{name} in {limits}"))[name.len()..]
-            .split_whitespace()
-            .map(String::from)
-            .collect()
-    };
-    assert_eq!(row("Max open files")[..2], ["1111", "2222"]);
-    assert_eq!(row("Max locked memory")[..2], ["65536", "131072"]);
-    remove_listed(&p).await;
-    assert_eq!(leftovers(&p), Vec::<String>::new());
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn two_plugins_on_one_field_refuse_the_container_naming_both() {
-    if !common::require_root() {
-        return;
-    }
-    let p = setup(vec![]).await;
-    let image = image(&p).await;
-    let _a = Plugin::start(&p, "nri-logger", "10-nri-logger", &["-set-env", "SAME"]).await;
-    let _b = Plugin::start(&p, "nri-logger", "20-nri-logger", &["-set-env", "SAME"]).await;
-    let pc = pod_config(&p, "conflict");
-    let pod = run(&p.h, pc.clone()).await.unwrap();
-    let e =
-        p.h.runtime()
-            .await
-            .create_container(CreateContainerRequest {
-                pod_sandbox_id: pod.clone(),
-                config: Some(ccfg(&image, "app", &["sleep", "100"], &[])),
-                sandbox_config: Some(pc.clone()),
-            })
-            .await
-            .expect_err("a conflict");
-    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
-    assert!(
-        e.message()
-            .contains("plugins \"20-nri-logger\" and \"10-nri-logger\" both tried to set Env SAME"),
-        "{e:?}"
-    );
-    assert!(
-        list_containers(&p).await.is_empty(),
-        "nothing of it is listed"
-    );
     remove_listed(&p).await;
     assert_eq!(leftovers(&p), Vec::<String>::new());
 }

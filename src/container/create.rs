@@ -353,6 +353,9 @@ impl ContainerManager {
         };
         // The node's resource plugins adjust the spec last (NRI).
         self.adjust_spec(&pod, &rec, &mut spec)?;
+        if oci.is_none() {
+            crate::nri::adjust::for_libcontainer(&mut spec);
+        }
         atomic::write_state_json(&dir.join("config.json"), &spec)
             .map_err(SandboxError::io("write container spec"))?;
         steps.end("spec");

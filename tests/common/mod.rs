@@ -15,6 +15,7 @@ pub mod images;
 pub mod kubelet;
 pub mod managers;
 pub mod masks;
+pub mod nri_plugin;
 pub mod otlp;
 pub mod pod;
 pub mod registry;

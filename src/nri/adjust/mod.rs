@@ -14,6 +14,11 @@
 //! A field husk cannot apply yet refuses the container, naming the field
 //! and the plugin, rather than starting it without what was asked.
 
+mod linux;
+mod resources;
+
+pub use linux::for_libcontainer;
+
 use crate::api::nri as api;
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -184,245 +189,13 @@ pub fn apply(
         obj(spec, &["process"]).insert("args".into(), json!(args));
     }
     if let Some(l) = &adj.linux {
-        linux(spec, l, plugin, owners)?;
+        linux::linux(spec, l, plugin, owners)?;
     }
     Ok(())
 }
 
 fn unsupported(what: &str, plugin: &str) -> String {
     format!("plugin {plugin:?} adjusted {what}, which husk does not apply yet")
-}
-
-fn linux(
-    spec: &mut Value,
-    l: &api::LinuxContainerAdjustment,
-    plugin: &str,
-    owners: &mut Owners,
-) -> Result<(), String> {
-    for d in &l.devices {
-        let (path, remove) = unmarked(&d.path);
-        owners.claim("Devices", path, plugin)?;
-        let devs = list(spec, &["linux", "devices"]);
-        devs.retain(|x| x["path"] != path);
-        if remove {
-            continue;
-        }
-        let mut j = json!({"path": path, "type": d.r#type, "major": d.major, "minor": d.minor});
-        if let Some(m) = &d.file_mode {
-            j["fileMode"] = json!(m.value);
-        }
-        if let Some(u) = &d.uid {
-            j["uid"] = json!(u.value);
-        }
-        if let Some(g) = &d.gid {
-            j["gid"] = json!(g.value);
-        }
-        devs.push(j);
-        list(spec, &["linux", "resources", "devices"]).push(json!({
-            "allow": true, "type": d.r#type, "major": d.major, "minor": d.minor, "access": "rwm",
-        }));
-    }
-    if let Some(r) = &l.resources {
-        resources(spec, r, plugin, owners)?;
-    }
-    if let Some(o) = &l.oom_score_adj {
-        owners.claim("OomScoreAdj", "", plugin)?;
-        obj(spec, &["process"]).insert("oomScoreAdj".into(), json!(o.value));
-    }
-    for (k, v) in &l.sysctl {
-        let (key, remove) = unmarked(k);
-        owners.claim("Sysctl", key, plugin)?;
-        let s = obj(spec, &["linux", "sysctl"]);
-        if remove {
-            s.remove(key);
-        } else {
-            s.insert(key.into(), json!(v));
-        }
-    }
-    if let Some(p) = &l.io_priority {
-        owners.claim("IoPriority", "", plugin)?;
-        let class = match api::IoPrioClass::try_from(p.class) {
-            Ok(api::IoPrioClass::IoprioClassRt) => "IOPRIO_CLASS_RT",
-            Ok(api::IoPrioClass::IoprioClassBe) => "IOPRIO_CLASS_BE",
-            Ok(api::IoPrioClass::IoprioClassIdle) => "IOPRIO_CLASS_IDLE",
-            _ => {
-                obj(spec, &["process"]).remove("ioPriority");
-                return Ok(());
-            }
-        };
-        obj(spec, &["process"]).insert(
-            "ioPriority".into(),
-            json!({"class": class, "priority": p.priority}),
-        );
-    }
-    if !l.cgroups_path.is_empty() {
-        return Err(unsupported("the cgroups path", plugin));
-    }
-    if l.seccomp_policy.is_some() {
-        return Err(unsupported("the seccomp policy", plugin));
-    }
-    if !l.namespaces.is_empty() {
-        return Err(unsupported("namespaces", plugin));
-    }
-    if !l.net_devices.is_empty() {
-        return Err(unsupported("network devices", plugin));
-    }
-    if l.scheduler.is_some() {
-        return Err(unsupported("the scheduling policy", plugin));
-    }
-    if l.rdt.is_some() {
-        return Err(unsupported("RDT", plugin));
-    }
-    if l.memory_policy.is_some() {
-        return Err(unsupported("the memory policy", plugin));
-    }
-    Ok(())
-}
-
-fn set(
-    spec: &mut Value,
-    path: &[&str],
-    key: &str,
-    v: Value,
-    field: &'static str,
-    plugin: &str,
-    owners: &mut Owners,
-) -> Result<(), String> {
-    owners.claim(field, "", plugin)?;
-    obj(spec, path).insert(key.into(), v);
-    Ok(())
-}
-
-fn resources(
-    spec: &mut Value,
-    r: &api::LinuxResources,
-    plugin: &str,
-    owners: &mut Owners,
-) -> Result<(), String> {
-    let mem = &["linux", "resources", "memory"][..];
-    if let Some(m) = &r.memory {
-        for (key, val, field) in [
-            (
-                "limit",
-                m.limit.as_ref().map(|v| json!(v.value)),
-                "MemLimit",
-            ),
-            (
-                "reservation",
-                m.reservation.as_ref().map(|v| json!(v.value)),
-                "MemReservation",
-            ),
-            (
-                "swap",
-                m.swap.as_ref().map(|v| json!(v.value)),
-                "MemSwapLimit",
-            ),
-            (
-                "swappiness",
-                m.swappiness.as_ref().map(|v| json!(v.value)),
-                "MemSwappiness",
-            ),
-            (
-                "disableOOMKiller",
-                m.disable_oom_killer.as_ref().map(|v| json!(v.value)),
-                "MemDisableOomKiller",
-            ),
-        ] {
-            if let Some(v) = val {
-                set(spec, mem, key, v, field, plugin, owners)?;
-            }
-        }
-        if m.kernel.is_some() || m.kernel_tcp.is_some() {
-            return Err(unsupported("kernel memory limits", plugin));
-        }
-    }
-    let cpu = &["linux", "resources", "cpu"][..];
-    if let Some(c) = &r.cpu {
-        for (key, val, field) in [
-            (
-                "shares",
-                c.shares.as_ref().map(|v| json!(v.value)),
-                "CPUShares",
-            ),
-            (
-                "quota",
-                c.quota.as_ref().map(|v| json!(v.value)),
-                "CPUQuota",
-            ),
-            (
-                "period",
-                c.period.as_ref().map(|v| json!(v.value)),
-                "CPUPeriod",
-            ),
-            (
-                "realtimeRuntime",
-                c.realtime_runtime.as_ref().map(|v| json!(v.value)),
-                "CPURealtimeRuntime",
-            ),
-            (
-                "realtimePeriod",
-                c.realtime_period.as_ref().map(|v| json!(v.value)),
-                "CPURealtimePeriod",
-            ),
-            (
-                "cpus",
-                (!c.cpus.is_empty()).then(|| json!(c.cpus)),
-                "CPUSetCPUs",
-            ),
-            (
-                "mems",
-                (!c.mems.is_empty()).then(|| json!(c.mems)),
-                "CPUSetMems",
-            ),
-        ] {
-            if let Some(v) = val {
-                set(spec, cpu, key, v, field, plugin, owners)?;
-            }
-        }
-    }
-    for h in &r.hugepage_limits {
-        owners.claim("HugepageLimits", &h.page_size, plugin)?;
-        let l = list(spec, &["linux", "resources", "hugepageLimits"]);
-        l.retain(|x| x["pageSize"] != h.page_size.as_str());
-        l.push(json!({"pageSize": h.page_size, "limit": h.limit}));
-    }
-    for (k, v) in &r.unified {
-        let (key, remove) = unmarked(k);
-        owners.claim("CgroupsUnified", key, plugin)?;
-        let u = obj(spec, &["linux", "resources", "unified"]);
-        if remove {
-            u.remove(key);
-        } else {
-            u.insert(key.into(), json!(v));
-        }
-    }
-    if let Some(p) = &r.pids {
-        set(
-            spec,
-            &["linux", "resources", "pids"],
-            "limit",
-            json!(p.limit),
-            "PidsLimit",
-            plugin,
-            owners,
-        )?;
-    }
-    for d in &r.devices {
-        list(spec, &["linux", "resources", "devices"]).push(json!({
-            "allow": d.allow,
-            "type": d.r#type,
-            "major": d.major.as_ref().map(|v| v.value),
-            "minor": d.minor.as_ref().map(|v| v.value),
-            "access": d.access,
-        }));
-    }
-    if r.blockio_class.is_some() {
-        return Err(unsupported("the block I/O class", plugin));
-    }
-    if r.rdt_class.is_some() {
-        return Err(unsupported("the RDT class", plugin));
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -523,14 +296,14 @@ mod tests {
         let mut spec = json!({});
         let adj = api::ContainerAdjustment {
             linux: Some(api::LinuxContainerAdjustment {
-                rdt: Some(api::LinuxRdt::default()),
+                cgroups_path: "/elsewhere".into(),
                 ..Default::default()
             }),
             ..Default::default()
         };
         let e =
             apply(&mut spec, &adj, "10-a", &mut Owners::default(), &no_cdi).expect_err("refused");
-        assert!(e.contains("10-a") && e.contains("RDT"), "{e}");
+        assert!(e.contains("10-a") && e.contains("cgroups path"), "{e}");
     }
 
     #[test]
