@@ -12,6 +12,10 @@
 //!   scheduling policy, a seccomp policy and the IPC namespace: each is
 //!   the running container's, under husk's own path and under runc 1.4.3
 //!   (`../shared/shims/`).
+//! - Updates and evictions of other containers a plugin answers at
+//!   CreateContainer: the update is in the other container's cgroup, the
+//!   evicted one exits; an update of the container being made, or of one
+//!   not there, refuses the create.
 //! - Two plugins setting one field: the container is refused naming both
 //!   plugins and the field, and nothing of it is left.
 #![allow(clippy::unwrap_used)]
@@ -278,6 +282,109 @@ async fn scheduling_seccomp_and_namespaces_from_a_plugin_are_the_container_s() {
     }
     remove_listed(&p).await;
     drop(unpin);
+    assert_eq!(leftovers(&p), Vec::<String>::new());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn updates_and_evictions_answered_at_create_reach_the_other_containers() {
+    if !common::require_root() {
+        return;
+    }
+    use husk::api::nri as api;
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex};
+    let p = setup(vec![]).await;
+    let image = image(&p).await;
+    let ids: Arc<Mutex<HashMap<String, String>>> = Arc::default();
+    let known = ids.clone();
+    let limit = |id: &str| api::ContainerUpdate {
+        container_id: id.into(),
+        linux: Some(api::LinuxContainerUpdate {
+            resources: Some(api::LinuxResources {
+                memory: Some(api::LinuxMemory {
+                    limit: Some(api::OptionalInt64 { value: 96 << 20 }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+        }),
+        ignore_failure: false,
+    };
+    let respond: common::nri_plugin::Respond = Arc::new(move |req| {
+        let c = req.container.as_ref().unwrap();
+        let ids = known.lock().unwrap();
+        let mut r = api::CreateContainerResponse::default();
+        match c.name.as_str() {
+            "third" => {
+                r.update = vec![limit(&ids["first"])];
+                r.evict = vec![api::ContainerEviction {
+                    container_id: ids["second"].clone(),
+                    reason: "make room".into(),
+                }];
+            }
+            "selfish" => r.update = vec![limit(&c.id)],
+            "ghost" => r.update = vec![limit("no-such-container")],
+            _ => {}
+        }
+        r
+    });
+    let before = connected(&p, "40-husk-updates");
+    let _plugin =
+        common::nri_plugin::TestPlugin::answering(&p.h.nri_socket(), "husk-updates", "40", respond)
+            .await;
+    wait_for!(20, "the test plugin to join", {
+        (connected(&p, "40-husk-updates") > before).then_some(())
+    });
+    let pc = pod_config(&p, "updates");
+    let pod = run(&p.h, pc.clone()).await.unwrap();
+    for name in ["first", "second"] {
+        let id = create_start(&p.h, &pod, &pc, ccfg(&image, name, &["sleep", "100"], &[])).await;
+        ids.lock().unwrap().insert(name.into(), id);
+    }
+    let (first, second) = {
+        let ids = ids.lock().unwrap();
+        (ids["first"].clone(), ids["second"].clone())
+    };
+    // The third's create updates the first and evicts the second.
+    create_start(
+        &p.h,
+        &pod,
+        &pc,
+        ccfg(&image, "third", &["sleep", "100"], &[]),
+    )
+    .await;
+    let mem = sh(
+        &p,
+        &first,
+        "cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.max",
+    )
+    .await;
+    assert_eq!(mem.trim(), (96u64 << 20).to_string());
+    let st = common::ctr::container_status(&p.h, &first).await;
+    assert_eq!(
+        st.resources
+            .and_then(|r| r.linux)
+            .map(|l| l.memory_limit_in_bytes),
+        Some(96 << 20)
+    );
+    let st = common::ctr::container_status(&p.h, &second).await;
+    assert_eq!(st.state, ContainerState::ContainerExited as i32);
+    // An update of the container being made, or of one that is not
+    // there: refused, naming the plugin, and nothing of it left.
+    let containers_dir = p.h.root().join("containers");
+    let files = common::count_files(&containers_dir);
+    for (name, says) in [
+        ("selfish", "during creation"),
+        ("ghost", "no-such-container"),
+    ] {
+        let e = common::ctr::try_create(&p.h, &pod, &pc, ccfg(&image, name, &["sleep", "1"], &[]))
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::FailedPrecondition, "{name}: {e:?}");
+        assert!(e.message().contains(says), "{name}: {e:?}");
+    }
+    assert_eq!(common::count_files(&containers_dir), files);
+    remove_listed(&p).await;
     assert_eq!(leftovers(&p), Vec::<String>::new());
 }
 

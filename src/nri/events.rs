@@ -116,6 +116,7 @@ impl Nri {
         let mut adjusted = spec.clone();
         let mut owners = adjust::Owners::default();
         let mut merged = api::ContainerAdjustment::default();
+        let (mut update, mut evict) = (Vec::new(), Vec::new());
         let req = api::CreateContainerRequest {
             pod: Some(pod.clone()),
             container: Some(container.clone()),
@@ -132,13 +133,16 @@ impl Nri {
                 }
                 Err(e) => return Err(format!("NRI plugin {}: CreateContainer: {e}", p.id())),
             };
-            if !rsp.update.is_empty() || !rsp.evict.is_empty() {
+            // NRI's words for an update of the container being made.
+            if let Some(u) = rsp.update.iter().find(|u| u.container_id == container.id) {
                 return Err(format!(
-                    "NRI plugin {} asked to update or evict other containers at CreateContainer; \
-                     husk does not apply that yet",
-                    p.id()
+                    "NRI: plugin {:?} asked update of {:?} during creation",
+                    p.id(),
+                    u.container_id
                 ));
             }
+            update.extend(rsp.update);
+            evict.extend(rsp.evict);
             if let Some(adj) = &rsp.adjust {
                 adjust::apply(&mut adjusted, adj, &p.id(), &mut owners, cdi)
                     .map_err(|e| format!("NRI: {e}"))?;
@@ -147,9 +151,41 @@ impl Nri {
                     .map_err(|e| format!("NRI: {e}"))?;
             }
         }
-        self.validate(&chain, &req, merged, &owners).await?;
+        self.validate(&chain, &req, merged, &update, &owners)
+            .await?;
+        self.apply_others("CreateContainer", update, evict).await?;
         *spec = adjusted;
         Ok(())
+    }
+
+    /// Updates and evictions of other containers the plugins answered at
+    /// `what`, applied as containerd applies them: the evictions (a stop;
+    /// one that fails is logged), then the updates, through the path of a
+    /// plugin's own UpdateContainers. An update that fails, unless marked
+    /// `ignore_failure`, fails `what`.
+    async fn apply_others(
+        &self,
+        what: &str,
+        update: Vec<api::ContainerUpdate>,
+        evict: Vec<api::ContainerEviction>,
+    ) -> Result<(), String> {
+        if update.is_empty() && evict.is_empty() {
+            return Ok(());
+        }
+        let Some(apply) = self.updates.get() else {
+            return Err(format!(
+                "NRI: {what}: plugins asked to update or evict containers, and nothing here applies that"
+            ));
+        };
+        let failed = apply(api::UpdateContainersRequest { update, evict }).await?;
+        if failed.is_empty() {
+            return Ok(());
+        }
+        let ids: Vec<&str> = failed.iter().map(|u| u.container_id.as_str()).collect();
+        Err(format!(
+            "NRI: {what}: failed to update containers {}",
+            ids.join(", ")
+        ))
     }
 
     /// ValidateContainerAdjustment: every validator plugin sees the
@@ -160,6 +196,7 @@ impl Nri {
         chain: &[Arc<Plugin>],
         req: &api::CreateContainerRequest,
         merged: api::ContainerAdjustment,
+        update: &[api::ContainerUpdate],
         owners: &adjust::Owners,
     ) -> Result<(), String> {
         let validators: Vec<&Arc<Plugin>> = chain
@@ -178,7 +215,7 @@ impl Nri {
             pod: req.pod.clone(),
             container: req.container.clone(),
             adjust: Some(merged),
-            update: Vec::new(),
+            update: update.to_vec(),
             owners: Some(owners.to_proto(&id)),
             plugins: chain
                 .iter()
@@ -264,12 +301,14 @@ impl Nri {
             .await;
     }
 
-    /// StopContainer (updates it answers are not applied yet: logged).
+    /// StopContainer; the updates of other containers the plugins answer
+    /// are applied (one that fails is logged: the container is stopped).
     pub async fn stop_container(&self, pod: &api::PodSandbox, c: &api::Container) {
         let req = api::StopContainerRequest {
             pod: Some(pod.clone()),
             container: Some(c.clone()),
         };
+        let mut update = Vec::new();
         for p in self.chain().await {
             if !p.wants(api::Event::StopContainer) {
                 continue;
@@ -278,10 +317,7 @@ impl Nri {
                 .call::<_, api::StopContainerResponse>("StopContainer", &req)
                 .await
             {
-                Ok(r) if !r.update.is_empty() => {
-                    tracing::warn!(plugin = %p.id(), "NRI plugin asked for container updates at StopContainer; husk applies none yet")
-                }
-                Ok(_) => {}
+                Ok(r) => update.extend(r.update),
                 Err(e) if e.is_fatal() => {
                     self.drop_plugin(&p, &format!("StopContainer: {e}")).await
                 }
@@ -290,12 +326,15 @@ impl Nri {
                 }
             }
         }
+        if let Err(e) = self.apply_others("StopContainer", update, Vec::new()).await {
+            tracing::warn!(container_id = %c.id, error = %e, "NRI updates at StopContainer");
+        }
     }
 
     /// UpdateContainer: the plugins see the resources asked; an update a
     /// plugin answers for this container replaces them (the last wins).
-    /// A plugin's error fails the update. Updates of other containers and
-    /// evictions are not applied yet (logged).
+    /// A plugin's error fails the update; so does an update of another
+    /// container the plugins answer that fails. Evictions stop theirs.
     pub async fn update_container(
         &self,
         pod: &api::PodSandbox,
@@ -308,6 +347,7 @@ impl Nri {
             linux_resources: Some(asked),
         };
         let mut changed = None;
+        let (mut others, mut evict) = (Vec::new(), Vec::new());
         for p in self.chain().await {
             if !p.wants(api::Event::UpdateContainer) {
                 continue;
@@ -321,20 +361,16 @@ impl Nri {
                 Err(e) => return Err(format!("NRI plugin {}: UpdateContainer: {e}", p.id())),
             };
             for u in rsp.update {
-                match u.linux.and_then(|l| l.resources) {
-                    Some(r) if u.container_id == c.id => {
-                        req.linux_resources = Some(r.clone());
-                        changed = Some(r);
-                    }
-                    _ => {
-                        tracing::warn!(plugin = %p.id(), container_id = %u.container_id, "NRI plugin asked to update another container at UpdateContainer; husk does not apply that yet")
-                    }
+                if u.container_id != c.id {
+                    others.push(u);
+                } else if let Some(r) = u.linux.and_then(|l| l.resources) {
+                    req.linux_resources = Some(r.clone());
+                    changed = Some(r);
                 }
             }
-            for e in rsp.evict {
-                tracing::warn!(plugin = %p.id(), container_id = %e.container_id, reason = %e.reason, "NRI plugin asked for an eviction; husk does not apply that yet");
-            }
+            evict.extend(rsp.evict);
         }
+        self.apply_others("UpdateContainer", others, evict).await?;
         Ok(changed)
     }
 

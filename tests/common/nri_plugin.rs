@@ -83,21 +83,35 @@ pub fn connected(p: &Pod, id: &str) -> usize {
         .count()
 }
 
+/// What a test plugin answers to a CreateContainer.
+pub type Respond =
+    Arc<dyn Fn(&api::CreateContainerRequest) -> api::CreateContainerResponse + Send + Sync>;
+
 /// A connected test plugin; its connection closes on drop.
 pub struct TestPlugin(Arc<Conn>);
 
 impl TestPlugin {
     /// Dials the server's NRI `socket` and registers as `<idx>-<name>`,
-    /// subscribed to CreateContainer only.
+    /// subscribed to CreateContainer only, answering each with `adjust`.
     pub async fn connect(
         socket: &Path,
         name: &str,
         idx: &str,
         adjust: api::ContainerAdjustment,
     ) -> TestPlugin {
+        let respond: Respond = Arc::new(move |_| api::CreateContainerResponse {
+            adjust: Some(adjust.clone()),
+            ..Default::default()
+        });
+        TestPlugin::answering(socket, name, idx, respond).await
+    }
+
+    /// As [`TestPlugin::connect`], answering each CreateContainer with
+    /// what `respond` makes of it.
+    pub async fn answering(socket: &Path, name: &str, idx: &str, respond: Respond) -> TestPlugin {
         let stream = UnixStream::connect(socket).await.unwrap();
-        let serve: Serve = Arc::new(move |_service, method, _payload| {
-            let adjust = adjust.clone();
+        let serve: Serve = Arc::new(move |_service, method, payload| {
+            let respond = respond.clone();
             Box::pin(async move {
                 Ok(match method.as_str() {
                     "Configure" => api::ConfigureResponse {
@@ -105,11 +119,10 @@ impl TestPlugin {
                     }
                     .encode_to_vec(),
                     "Synchronize" => api::SynchronizeResponse::default().encode_to_vec(),
-                    "CreateContainer" => api::CreateContainerResponse {
-                        adjust: Some(adjust),
-                        ..Default::default()
+                    "CreateContainer" => {
+                        let req = api::CreateContainerRequest::decode(payload.as_slice()).unwrap();
+                        respond(&req).encode_to_vec()
                     }
-                    .encode_to_vec(),
                     _ => api::Empty {}.encode_to_vec(),
                 })
             })
