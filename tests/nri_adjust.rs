@@ -15,7 +15,8 @@
 //! - Updates and evictions of other containers a plugin answers at
 //!   CreateContainer: the update is in the other container's cgroup, the
 //!   evicted one exits; an update of the container being made, or of one
-//!   not there, refuses the create.
+//!   not there, refuses the create; a plugin's Synchronize answer updates
+//!   a container already there, and one whose update fails does not join.
 //! - Two plugins setting one field: the container is refused naming both
 //!   plugins and the field, and nothing of it is left.
 #![allow(clippy::unwrap_used)]
@@ -369,6 +370,52 @@ async fn updates_and_evictions_answered_at_create_reach_the_other_containers() {
     );
     let st = common::ctr::container_status(&p.h, &second).await;
     assert_eq!(st.state, ContainerState::ContainerExited as i32);
+    // A plugin's Synchronize answer updates a container already there; one
+    // whose update fails does not join.
+    let shares = |id: &str| api::ContainerUpdate {
+        container_id: id.into(),
+        linux: Some(api::LinuxContainerUpdate {
+            resources: Some(api::LinuxResources {
+                cpu: Some(api::LinuxCpu {
+                    shares: Some(api::OptionalUInt64 { value: 512 }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+        }),
+        ignore_failure: false,
+    };
+    let none: common::nri_plugin::Respond = Arc::new(|_| Default::default());
+    let _sync = common::nri_plugin::TestPlugin::syncing(
+        &p.h.nri_socket(),
+        "husk-sync",
+        "50",
+        none.clone(),
+        vec![shares(&first)],
+    )
+    .await;
+    wait_for!(20, "the syncing plugin to join", {
+        (connected(&p, "50-husk-sync") > 0).then_some(())
+    });
+    let st = common::ctr::container_status(&p.h, &first).await;
+    assert_eq!(
+        st.resources.and_then(|r| r.linux).map(|l| l.cpu_shares),
+        Some(512)
+    );
+    let _bad = common::nri_plugin::TestPlugin::syncing(
+        &p.h.nri_socket(),
+        "husk-badsync",
+        "60",
+        none,
+        vec![shares("no-such-container")],
+    )
+    .await;
+    wait_for!(20, "the failed synchronization logged", {
+        p.h.log()
+            .contains("failed to update containers no-such-container")
+            .then_some(())
+    });
+    assert_eq!(connected(&p, "60-husk-badsync"), 0);
     // An update of the container being made, or of one that is not
     // there: refused, naming the plugin, and nothing of it left.
     let containers_dir = p.h.root().join("containers");

@@ -163,7 +163,7 @@ impl Nri {
     /// one that fails is logged), then the updates, through the path of a
     /// plugin's own UpdateContainers. An update that fails, unless marked
     /// `ignore_failure`, fails `what`.
-    async fn apply_others(
+    pub(super) async fn apply_others(
         &self,
         what: &str,
         update: Vec<api::ContainerUpdate>,

@@ -265,6 +265,7 @@ impl Nri {
             push(&mut pages, n, &|r| r.containers.push(c.clone()));
         }
         let last = pages.len() - 1;
+        let mut updates = Vec::new();
         for (i, mut page) in pages.into_iter().enumerate() {
             page.more = i < last;
             let rsp: api::SynchronizeResponse = p
@@ -274,11 +275,10 @@ impl Nri {
             if page.more && (!rsp.update.is_empty() || !rsp.more) {
                 return Err("plugin does not handle split sync requests".into());
             }
-            if !rsp.update.is_empty() {
-                tracing::warn!(plugin = %p.id(), updates = rsp.update.len(), "NRI plugin asked for container updates at synchronization; husk applies none yet");
-            }
+            updates.extend(rsp.update);
         }
-        Ok(())
+        // As containerd: updates that fail fail the plugin's joining.
+        self.apply_others("Synchronize", updates, Vec::new()).await
     }
 
     /// Hands a started pre-installed plugin's end of its socket to the

@@ -109,16 +109,34 @@ impl TestPlugin {
     /// As [`TestPlugin::connect`], answering each CreateContainer with
     /// what `respond` makes of it.
     pub async fn answering(socket: &Path, name: &str, idx: &str, respond: Respond) -> TestPlugin {
+        TestPlugin::syncing(socket, name, idx, respond, Vec::new()).await
+    }
+
+    /// As [`TestPlugin::answering`], answering `Synchronize` with `sync`
+    /// (updates of containers already there). Registration only: whether
+    /// the plugin joined is the server's to say.
+    pub async fn syncing(
+        socket: &Path,
+        name: &str,
+        idx: &str,
+        respond: Respond,
+        sync: Vec<api::ContainerUpdate>,
+    ) -> TestPlugin {
         let stream = UnixStream::connect(socket).await.unwrap();
         let serve: Serve = Arc::new(move |_service, method, payload| {
             let respond = respond.clone();
+            let sync = sync.clone();
             Box::pin(async move {
                 Ok(match method.as_str() {
                     "Configure" => api::ConfigureResponse {
                         events: bit(api::Event::CreateContainer),
                     }
                     .encode_to_vec(),
-                    "Synchronize" => api::SynchronizeResponse::default().encode_to_vec(),
+                    "Synchronize" => api::SynchronizeResponse {
+                        update: sync,
+                        more: false,
+                    }
+                    .encode_to_vec(),
                     "CreateContainer" => {
                         let req = api::CreateContainerRequest::decode(payload.as_slice()).unwrap();
                         respond(&req).encode_to_vec()
