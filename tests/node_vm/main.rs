@@ -31,6 +31,8 @@
 //!   onto /dev, /dev/pts or /proc, on this kernel.
 //! - `handlers.rs`: OCI runtime handlers (Debian's crun, and runc) on v2
 //!   and under the systemd driver: limits, execs, OOM kills, stops, scopes.
+//! - `nri.rs`: an NRI plugin's resource adjustments in the container's
+//!   cgroup, under both drivers (the systemd one in the systemd node).
 //! - `kernel.rs`: `husk check`, AppArmor (husk's default profile, Localhost
 //!   profiles, an unloaded one), seccomp and mount propagation on this
 //!   kernel.
@@ -44,6 +46,7 @@ mod kernel;
 mod lifecycle;
 mod limits;
 mod managers;
+mod nri;
 mod oom;
 mod package;
 mod security;
@@ -58,12 +61,13 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Guest tests, by name: the host test expects each to pass.
-const GUEST_TESTS: [&str; 9] = [
+const GUEST_TESTS: [&str; 10] = [
     "handlers::guest_oci_handlers_crun_and_runc",
     "kernel::guest_check_apparmor_seccomp_propagation",
     "lifecycle::guest_exec_attach_port_forward_restart_and_cleanup",
     "limits::guest_limits_devices_updates_and_stats",
     "managers::guest_kubelet_pod_cgroups_and_oom_events",
+    "nri::guest_nri_resources_in_the_container_cgroup",
     "oom::guest_oom_kills_are_reported",
     "security::guest_masks_dev_volumes_and_racing_neighbours",
     "security::guest_no_runtime_descriptor_and_a_sealed_shim",
@@ -71,8 +75,9 @@ const GUEST_TESTS: [&str; 9] = [
 ];
 
 /// The systemd node's guest tests, by name.
-const SYSTEMD_TESTS: [&str; 5] = [
+const SYSTEMD_TESTS: [&str; 6] = [
     "handlers::in_systemd_vm_oci_handler_scopes",
+    "nri::in_systemd_vm_nri_resources_in_the_scope",
     "package::in_systemd_vm_the_package_under_systemd",
     "systemd::in_systemd_vm_kubelet_pod_slices",
     "systemd::in_systemd_vm_no_dbus_is_a_clear_error",
