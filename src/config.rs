@@ -132,6 +132,9 @@ pub struct CniConfig {
 pub struct CgroupConfig {
     /// "auto", "systemd" or "cgroupfs" (`cgroup::Driver`).
     pub driver: String,
+    /// The node's block I/O classes (`cgroup::blockio_class`), which an
+    /// NRI plugin's adjustment may name; empty: none.
+    pub blockio_config_file: PathBuf,
 }
 
 impl Default for Config {
@@ -181,6 +184,7 @@ impl Default for CgroupConfig {
     fn default() -> Self {
         CgroupConfig {
             driver: "auto".into(),
+            blockio_config_file: PathBuf::new(),
         }
     }
 }

@@ -17,6 +17,9 @@
 //!   evicted one exits; an update of the container being made, or of one
 //!   not there, refuses the create; a plugin's Synchronize answer updates
 //!   a container already there, and one whose update fails does not join.
+//! - A block I/O class a plugin names is the node's class
+//!   (`[cgroup] blockio_config_file`), its throttles in the container's
+//!   blkio cgroup; a class the table lacks refuses the container.
 //! - Two plugins setting one field: the container is refused naming both
 //!   plugins and the field, and nothing of it is left.
 #![allow(clippy::unwrap_used)]
@@ -431,6 +434,104 @@ async fn updates_and_evictions_answered_at_create_reach_the_other_containers() {
         assert!(e.message().contains(says), "{name}: {e:?}");
     }
     assert_eq!(common::count_files(&containers_dir), files);
+    remove_listed(&p).await;
+    assert_eq!(leftovers(&p), Vec::<String>::new());
+}
+
+/// A whole block device of the node (its /dev path and major:minor).
+fn a_block_device() -> (String, String) {
+    let mut names: Vec<String> = std::fs::read_dir("/sys/block")
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| std::path::Path::new("/dev").join(n).exists())
+        .collect();
+    names.sort();
+    let name = names.first().expect("a block device").clone();
+    let dev = std::fs::read_to_string(format!("/sys/block/{name}/dev")).unwrap();
+    (format!("/dev/{name}"), dev.trim().to_string())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_block_io_class_from_a_plugin_is_the_node_s_class_in_the_cgroup() {
+    if !common::require_root() {
+        return;
+    }
+    use husk::api::nri as api;
+    use std::sync::Arc;
+    let (dev, majmin) = a_block_device();
+    let classes = tempfile::tempdir().unwrap();
+    let file = classes.path().join("blockio.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "Classes:\n  slowread:\n  - Devices: [{dev}]\n    ThrottleReadBps: 1Mi\n    ThrottleWriteIOPS: \"100\"\n"
+        ),
+    )
+    .unwrap();
+    let cfg = format!("[cgroup]\nblockio_config_file = \"{}\"\n", file.display());
+    let p = setup_config(vec![], "/usr/lib/cni", vec![], &cfg).await;
+    let image = image(&p).await;
+    let respond: common::nri_plugin::Respond = Arc::new(|req| {
+        let class = match req.container.as_ref().unwrap().name.as_str() {
+            "slow" => "slowread",
+            _ => "gold",
+        };
+        api::CreateContainerResponse {
+            adjust: Some(api::ContainerAdjustment {
+                linux: Some(api::LinuxContainerAdjustment {
+                    resources: Some(api::LinuxResources {
+                        blockio_class: Some(api::OptionalString {
+                            value: class.into(),
+                        }),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    });
+    let _plugin =
+        common::nri_plugin::TestPlugin::answering(&p.h.nri_socket(), "husk-blockio", "20", respond)
+            .await;
+    wait_for!(20, "the plugin to join", {
+        (connected(&p, "20-husk-blockio") > 0).then_some(())
+    });
+    let pc = pod_config(&p, "blockio");
+    let pod = run(&p.h, pc.clone()).await.unwrap();
+    let c = create_start(
+        &p.h,
+        &pod,
+        &pc,
+        ccfg(&image, "slow", &["sleep", "100"], &[]),
+    )
+    .await;
+    let throttles = sh(
+        &p,
+        &c,
+        "cat /sys/fs/cgroup/blkio/blkio.throttle.read_bps_device /sys/fs/cgroup/blkio/blkio.throttle.write_iops_device",
+    )
+    .await;
+    assert!(
+        throttles.lines().any(|l| l == format!("{majmin} 1048576")),
+        "{throttles}"
+    );
+    assert!(
+        throttles.lines().any(|l| l == format!("{majmin} 100")),
+        "{throttles}"
+    );
+    // A class the node's table lacks: refused in containerd's words.
+    let e = common::ctr::try_create(&p.h, &pod, &pc, ccfg(&image, "gold", &["sleep", "1"], &[]))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+    assert!(
+        e.message()
+            .contains("failed to adjust BlockIO class in OCI Spec: no OCI BlockIO parameters for class \"gold\""),
+        "{e:?}"
+    );
     remove_listed(&p).await;
     assert_eq!(leftovers(&p), Vec::<String>::new());
 }

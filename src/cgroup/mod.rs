@@ -21,6 +21,7 @@
 //! systemd). Every path here is an OCI cgroups path, either form: a
 //! systemd one (`slice:husk:id`) is read at the scope systemd made for it.
 
+pub mod blockio_class;
 pub mod driver;
 mod kill;
 mod layout;

@@ -91,14 +91,15 @@ pub fn convert(src: &str) -> Result<Imported, ConfigError> {
             vec!["plugins", "io.containerd.grpc.v1.cri"],
             vec!["plugins", "io.containerd.grpc.v1.cri"],
         ),
-        3 => (
+        // Version 4 (containerd 2.3) keeps version 3's CRI layout.
+        3 | 4 => (
             vec!["plugins", "io.containerd.grpc.v1.cri"],
             vec!["plugins", "io.containerd.cri.v1.images"],
             vec!["plugins", "io.containerd.cri.v1.runtime"],
         ),
         n => {
             return Err(ConfigError(format!(
-                "config version {n} is not one husk knows (1, 2, 3)"
+                "config version {n} is not one husk knows (1, 2, 3, 4)"
             )))
         }
     };
@@ -114,7 +115,7 @@ pub fn convert(src: &str) -> Result<Imported, ConfigError> {
     let mut carried = Vec::new();
     let mut left = Vec::new();
 
-    let sandbox = if version == 3 {
+    let sandbox = if version >= 3 {
         at(&images, &["pinned_images", "sandbox"])
     } else {
         at(&cri, &["sandbox_image"])
@@ -193,6 +194,16 @@ pub fn convert(src: &str) -> Result<Imported, ConfigError> {
             .filter_map(|x| x.as_str().map(PathBuf::from))
             .collect();
         carried.push(format!("{} -> cdi.spec_dirs", key(&cdi)));
+    }
+    // The tasks service's block I/O classes (versions 2 and later).
+    let blockio = vec![
+        "plugins".to_string(),
+        "io.containerd.service.v1.tasks-service".to_string(),
+        "blockio_config_file".to_string(),
+    ];
+    if let Some(f) = look(&blockio).filter(|f| !f.is_empty()) {
+        c.cgroup.blockio_config_file = PathBuf::from(f);
+        carried.push(format!("{} -> cgroup.blockio_config_file", key(&blockio)));
     }
     let mcd = at(&cri, &["max_concurrent_downloads"]);
     if let Some(n) = look(&mcd).and_then(|s| s.parse().ok()) {
@@ -403,6 +414,41 @@ root = "/var/lib/containerd"
         let back = Config::parse(&i.render(Path::new("/etc/containerd/config.toml")))
             .expect("the output parses as a husk config");
         assert_eq!(back, i.config);
+    }
+
+    #[test]
+    fn a_v4_config_of_containerd_2_3() {
+        let i = convert(
+            r#"
+version = 4
+[plugins."io.containerd.cri.v1.images".pinned_images]
+  sandbox = "registry.k8s.io/pause:3.10"
+[plugins."io.containerd.cri.v1.runtime"]
+  cdi_spec_dirs = ["/etc/cdi"]
+  [plugins."io.containerd.cri.v1.runtime".cni]
+    conf_dir = "/etc/cni/net.d"
+[plugins."io.containerd.nri.v1.nri"]
+  disable = false
+  socket_path = "/var/run/nri/nri.sock"
+[plugins."io.containerd.service.v1.tasks-service"]
+  blockio_config_file = "/etc/containerd/blockio.yaml"
+"#,
+        )
+        .expect("convert");
+        assert_eq!(i.config.sandbox_image, "registry.k8s.io/pause:3.10");
+        assert_eq!(i.config.cdi.spec_dirs, vec![PathBuf::from("/etc/cdi")]);
+        assert_eq!(
+            i.config.cgroup.blockio_config_file,
+            PathBuf::from("/etc/containerd/blockio.yaml")
+        );
+        assert!(i.config.nri.enable);
+        assert!(
+            i.carried
+                .join("\n")
+                .contains("-> cgroup.blockio_config_file"),
+            "{:?}",
+            i.carried
+        );
     }
 
     #[test]

@@ -44,6 +44,8 @@ pub struct ContainerManager {
     /// Where CDI specs are read, lowest priority first (`cdi/`).
     /// CDI spec dirs (changed by a reload).
     pub(super) cdi_dirs: std::sync::RwLock<Vec<PathBuf>>,
+    /// The node's block I/O classes (`[cgroup] blockio_config_file`).
+    pub(super) blockio_config: std::sync::RwLock<PathBuf>,
 }
 
 pub(super) fn err(e: impl std::fmt::Display) -> SandboxError {
@@ -104,6 +106,7 @@ impl ContainerManager {
             nri: Default::default(),
             layer_usage: Default::default(),
             cdi_dirs: std::sync::RwLock::new(crate::config::CdiConfig::default().spec_dirs),
+            blockio_config: std::sync::RwLock::default(),
         };
         for dir in unfinished {
             let id = dir
@@ -224,6 +227,14 @@ impl ContainerManager {
     pub fn with_cdi_dirs(self, dirs: Vec<PathBuf>) -> Self {
         self.set_cdi_dirs(dirs);
         self
+    }
+
+    /// Resolves block I/O classes from `file` from now on.
+    pub fn set_blockio_config(&self, file: PathBuf) {
+        *self
+            .blockio_config
+            .write()
+            .unwrap_or_else(|p| p.into_inner()) = file;
     }
 
     /// A container that mounts image `image_id` as a volume, if any.

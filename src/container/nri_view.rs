@@ -159,9 +159,19 @@ impl ContainerManager {
             let found = crate::cdi::resolve(&dirs, names)?;
             crate::cdi::apply(spec, &found)
         };
+        let classes = self
+            .blockio_config
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let blockio = move |class: &str| crate::cgroup::blockio_class::oci(&classes, class);
+        let node = crate::nri::adjust::Node {
+            cdi: &cdi,
+            blockio: &blockio,
+        };
         let container = describe(rec, spec);
         tokio::runtime::Handle::current()
-            .block_on(nri.create_container(&convert::pod(pod), &container, spec, &cdi))
+            .block_on(nri.create_container(&convert::pod(pod), &container, spec, &node))
             .map_err(SandboxError::Refused)
     }
 }

@@ -107,7 +107,7 @@ impl Nri {
         pod: &api::PodSandbox,
         container: &api::Container,
         spec: &mut serde_json::Value,
-        cdi: adjust::CdiInject<'_>,
+        node: &adjust::Node<'_>,
     ) -> Result<(), String> {
         let chain = self.chain().await;
         if chain.is_empty() {
@@ -144,7 +144,7 @@ impl Nri {
             update.extend(rsp.update);
             evict.extend(rsp.evict);
             if let Some(adj) = &rsp.adjust {
-                adjust::apply(&mut adjusted, adj, &p.id(), &mut owners, cdi)
+                adjust::apply(&mut adjusted, adj, &p.id(), &mut owners, node)
                     .map_err(|e| format!("NRI: {e}"))?;
                 // Protobuf's merge: lists add up, maps and fields later win.
                 prost::Message::merge(&mut merged, adj.encode_to_vec().as_slice())

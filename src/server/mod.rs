@@ -169,6 +169,7 @@ pub async fn serve(cfg: Config, reload: Option<reload::Reloader>) -> anyhow::Res
     };
     let root = cfg.root.clone();
     let cdi_dirs = cfg.cdi.spec_dirs.clone();
+    let blockio = cfg.cgroup.blockio_config_file.clone();
     let (emitter, raw_events) = crate::container::events::channel();
     let (failed_tx, failed_rx) = tokio::sync::oneshot::channel::<anyhow::Error>();
     let nri_state = state.clone();
@@ -187,6 +188,7 @@ pub async fn serve(cfg: Config, reload: Option<reload::Reloader>) -> anyhow::Res
             )
             .context("recover containers")?
             .with_cdi_dirs(cdi_dirs);
+            containers.set_blockio_config(blockio);
             let containers = Arc::new(containers);
             containers.watch_exits();
             recover.set_containers(containers);

@@ -32,6 +32,10 @@ pub fn changes(old: &Config, new: &Config) -> (Vec<&'static str>, Vec<&'static s
             old.registry.config_dir != new.registry.config_dir,
         ),
         ("cdi.spec_dirs", old.cdi.spec_dirs != new.cdi.spec_dirs),
+        (
+            "cgroup.blockio_config_file",
+            old.cgroup.blockio_config_file != new.cgroup.blockio_config_file,
+        ),
         ("metrics.address", old.metrics != new.metrics),
         ("tracing", old.tracing != new.tracing),
         (
@@ -53,7 +57,7 @@ pub fn changes(old: &Config, new: &Config) -> (Vec<&'static str>, Vec<&'static s
                 || old.registry.stall_timeout_secs != new.registry.stall_timeout_secs,
         ),
         ("cni", old.cni != new.cni),
-        ("cgroup.driver", old.cgroup != new.cgroup),
+        ("cgroup.driver", old.cgroup.driver != new.cgroup.driver),
         ("streaming", old.streaming != new.streaming),
         (
             "nri (but its timeouts)",
@@ -113,6 +117,11 @@ async fn apply(
     if old.cdi.spec_dirs != new.cdi.spec_dirs {
         if let Ok(c) = state.containers() {
             c.set_cdi_dirs(new.cdi.spec_dirs.clone());
+        }
+    }
+    if old.cgroup.blockio_config_file != new.cgroup.blockio_config_file {
+        if let Ok(c) = state.containers() {
+            c.set_blockio_config(new.cgroup.blockio_config_file.clone());
         }
     }
     if nri_timeouts(old) != nri_timeouts(new) {

@@ -3,7 +3,7 @@
 //! scheduling policy, seccomp, namespaces, network devices, RDT and the
 //! memory policy, each as containerd's NRI generator writes it.
 
-use super::{list, obj, resources::resources, unmarked, unsupported, Owners};
+use super::{list, obj, resources::resources, unmarked, unsupported, Node, Owners};
 use crate::api::nri as api;
 use serde_json::{json, Map, Value};
 
@@ -12,6 +12,7 @@ pub(super) fn linux(
     l: &api::LinuxContainerAdjustment,
     plugin: &str,
     owners: &mut Owners,
+    node: &Node<'_>,
 ) -> Result<(), String> {
     // The cgroup is husk's to place: its stats, updates, OOM counts and the
     // container's own cgroup view all follow the path husk chose.
@@ -20,7 +21,7 @@ pub(super) fn linux(
     }
     devices(spec, &l.devices, plugin, owners)?;
     if let Some(r) = &l.resources {
-        resources(spec, r, plugin, owners)?;
+        resources(spec, r, plugin, owners, node)?;
     }
     if let Some(o) = &l.oom_score_adj {
         owners.claim("OomScoreAdj", "", plugin)?;
@@ -274,13 +275,9 @@ fn rdt(
 
 #[cfg(test)]
 mod tests {
-    use super::super::{apply, Owners};
+    use super::super::{apply, tests::bare, Owners};
     use crate::api::nri as api;
-    use serde_json::{json, Value};
-
-    fn no_cdi(_: &[String], _: &mut Value) -> Result<(), String> {
-        Err("no CDI here".into())
-    }
+    use serde_json::json;
 
     fn linux(l: api::LinuxContainerAdjustment) -> api::ContainerAdjustment {
         api::ContainerAdjustment {
@@ -346,7 +343,7 @@ mod tests {
             }),
             ..Default::default()
         });
-        apply(&mut spec, &adj, "10-a", &mut Owners::default(), &no_cdi).expect("applies");
+        apply(&mut spec, &adj, "10-a", &mut Owners::default(), &bare()).expect("applies");
         assert_eq!(
             spec["process"]["scheduler"],
             json!({"policy": "SCHED_BATCH", "nice": 5, "flags": ["SCHED_FLAG_RESET_ON_FORK"]})
@@ -392,7 +389,7 @@ mod tests {
             scheduler: Some(api::LinuxScheduler::default()),
             ..Default::default()
         });
-        apply(&mut spec, &none, "10-a", &mut Owners::default(), &no_cdi).expect("applies");
+        apply(&mut spec, &none, "10-a", &mut Owners::default(), &bare()).expect("applies");
         assert!(spec["process"].get("scheduler").is_none());
     }
 
@@ -409,7 +406,7 @@ mod tests {
             }),
             ..Default::default()
         });
-        apply(&mut spec, &adj, "10-a", &mut Owners::default(), &no_cdi).expect("applies");
+        apply(&mut spec, &adj, "10-a", &mut Owners::default(), &bare()).expect("applies");
         assert_eq!(spec["linux"]["intelRdt"], json!({"closID": "gold"}));
         assert!(spec["linux"]["resources"].get("blockIO").is_none());
         let rdt = linux(api::LinuxContainerAdjustment {
@@ -422,7 +419,7 @@ mod tests {
             }),
             ..Default::default()
         });
-        apply(&mut spec, &rdt, "20-b", &mut Owners::default(), &no_cdi).expect("applies");
+        apply(&mut spec, &rdt, "20-b", &mut Owners::default(), &bare()).expect("applies");
         assert_eq!(spec["linux"]["intelRdt"], json!({"schemata": ["L3:0=ff"]}));
         // A named block I/O class needs a class table husk has not.
         let named = linux(api::LinuxContainerAdjustment {
@@ -434,7 +431,7 @@ mod tests {
             }),
             ..Default::default()
         });
-        let e = apply(&mut spec, &named, "10-a", &mut Owners::default(), &no_cdi)
+        let e = apply(&mut spec, &named, "10-a", &mut Owners::default(), &bare())
             .expect_err("no class table");
         assert!(e.contains("10-a") && e.contains("\"slow\""), "{e}");
     }
@@ -452,8 +449,8 @@ mod tests {
                 ..Default::default()
             })
         };
-        apply(&mut spec, &ns("/a"), "10-a", &mut owners, &no_cdi).expect("first");
-        let e = apply(&mut spec, &ns("/b"), "20-b", &mut owners, &no_cdi).expect_err("conflict");
+        apply(&mut spec, &ns("/a"), "10-a", &mut owners, &bare()).expect("first");
+        let e = apply(&mut spec, &ns("/b"), "20-b", &mut owners, &bare()).expect_err("conflict");
         assert_eq!(
             e,
             "plugins \"20-b\" and \"10-a\" both tried to set Namespace network"

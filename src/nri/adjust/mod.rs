@@ -71,6 +71,14 @@ impl Owners {
 /// Resolves CDI device names and injects them into a spec.
 pub type CdiInject<'a> = &'a dyn Fn(&[String], &mut Value) -> Result<(), String>;
 
+/// What the node resolves for an adjustment.
+pub struct Node<'a> {
+    /// CDI devices.
+    pub cdi: CdiInject<'a>,
+    /// A block I/O class, as the spec's `linux.resources.blockIO`.
+    pub blockio: &'a dyn Fn(&str) -> Result<Value, String>,
+}
+
 /// `key` without NRI's removal mark, and whether it had one.
 fn unmarked(key: &str) -> (&str, bool) {
     match key.strip_prefix('-') {
@@ -106,7 +114,7 @@ pub fn apply(
     adj: &api::ContainerAdjustment,
     plugin: &str,
     owners: &mut Owners,
-    cdi: CdiInject<'_>,
+    node: &Node<'_>,
 ) -> Result<(), String> {
     for (k, v) in &adj.annotations {
         let (key, remove) = unmarked(k);
@@ -177,7 +185,7 @@ pub fn apply(
         for n in &names {
             owners.claim("CdiDevices", n, plugin)?;
         }
-        cdi(&names, spec).map_err(|e| format!("plugin {plugin:?}: CDI devices: {e}"))?;
+        (node.cdi)(&names, spec).map_err(|e| format!("plugin {plugin:?}: CDI devices: {e}"))?;
     }
     if !adj.args.is_empty() {
         owners.claim("Args", "", plugin)?;
@@ -189,7 +197,7 @@ pub fn apply(
         obj(spec, &["process"]).insert("args".into(), json!(args));
     }
     if let Some(l) = &adj.linux {
-        linux::linux(spec, l, plugin, owners)?;
+        linux::linux(spec, l, plugin, owners, node)?;
     }
     Ok(())
 }
@@ -204,6 +212,18 @@ mod tests {
 
     fn no_cdi(_: &[String], _: &mut Value) -> Result<(), String> {
         Err("no CDI here".into())
+    }
+
+    fn no_blockio(class: &str) -> Result<Value, String> {
+        Err(format!("no OCI BlockIO parameters for class {class:?}"))
+    }
+
+    /// A node that resolves nothing.
+    pub(super) fn bare() -> Node<'static> {
+        Node {
+            cdi: &no_cdi,
+            blockio: &no_blockio,
+        }
     }
 
     fn env(k: &str, v: &str) -> api::KeyValue {
@@ -242,7 +262,7 @@ mod tests {
             ..Default::default()
         };
         let mut owners = Owners::default();
-        apply(&mut spec, &adj, "10-a", &mut owners, &no_cdi).expect("applies");
+        apply(&mut spec, &adj, "10-a", &mut owners, &bare()).expect("applies");
         assert_eq!(
             spec["process"]["env"],
             json!(["PATH=/bin", "NEW=x", "KEEP=2"])
@@ -261,15 +281,15 @@ mod tests {
             env: vec![env("FOO", "1")],
             ..Default::default()
         };
-        apply(&mut spec, &adj, "10-a", &mut owners, &no_cdi).expect("first");
-        let e = apply(&mut spec, &adj, "20-b", &mut owners, &no_cdi).expect_err("conflict");
+        apply(&mut spec, &adj, "10-a", &mut owners, &bare()).expect("first");
+        let e = apply(&mut spec, &adj, "20-b", &mut owners, &bare()).expect_err("conflict");
         assert_eq!(e, "plugins \"20-b\" and \"10-a\" both tried to set Env FOO");
         // Another key is no conflict.
         let other = api::ContainerAdjustment {
             env: vec![env("BAR", "1")],
             ..Default::default()
         };
-        apply(&mut spec, &other, "20-b", &mut owners, &no_cdi).expect("other key");
+        apply(&mut spec, &other, "20-b", &mut owners, &bare()).expect("other key");
     }
 
     #[test]
@@ -284,7 +304,7 @@ mod tests {
             }),
             ..Default::default()
         };
-        apply(&mut spec, &adj, "10-a", &mut owners, &no_cdi).expect("applies");
+        apply(&mut spec, &adj, "10-a", &mut owners, &bare()).expect("applies");
         let p = owners.to_proto("c1");
         let f = &p.owners["c1"];
         assert_eq!(f.simple[&(api::Field::OomScoreAdj as i32)], "10-a");
@@ -302,7 +322,7 @@ mod tests {
             ..Default::default()
         };
         let e =
-            apply(&mut spec, &adj, "10-a", &mut Owners::default(), &no_cdi).expect_err("refused");
+            apply(&mut spec, &adj, "10-a", &mut Owners::default(), &bare()).expect_err("refused");
         assert!(e.contains("10-a") && e.contains("cgroups path"), "{e}");
     }
 
@@ -331,7 +351,7 @@ mod tests {
             }),
             ..Default::default()
         };
-        apply(&mut spec, &adj, "10-a", &mut Owners::default(), &no_cdi).expect("applies");
+        apply(&mut spec, &adj, "10-a", &mut Owners::default(), &bare()).expect("applies");
         assert_eq!(spec["linux"]["devices"][0]["path"], "/dev/xnull");
         assert_eq!(spec["linux"]["resources"]["devices"][0]["allow"], true);
         assert_eq!(spec["linux"]["resources"]["memory"]["limit"], 1 << 30);

@@ -2,7 +2,7 @@
 //! CPU, hugepages, the unified map, pids, device rules, and the block I/O
 //! and RDT classes.
 
-use super::{list, obj, unmarked, unsupported, Owners};
+use super::{list, obj, unmarked, unsupported, Node, Owners};
 use crate::api::nri as api;
 use serde_json::{json, Value};
 
@@ -25,6 +25,7 @@ pub(super) fn resources(
     r: &api::LinuxResources,
     plugin: &str,
     owners: &mut Owners,
+    node: &Node<'_>,
 ) -> Result<(), String> {
     let mem = &["linux", "resources", "memory"][..];
     if let Some(m) = &r.memory {
@@ -146,16 +147,16 @@ pub(super) fn resources(
     if let Some(class) = &r.blockio_class {
         owners.claim("BlockioClass", "", plugin)?;
         // An empty class clears the block I/O limits, as containerd's
-        // generator does; a named one needs a class table, which husk has
-        // not (containerd's refusal of a class its table lacks, in its words).
-        if !class.value.is_empty() {
-            return Err(format!(
-                "plugin {plugin:?}: failed to adjust BlockIO class in OCI Spec: no OCI BlockIO \
-                 parameters for class {:?} (husk has no block I/O classes)",
-                class.value
-            ));
+        // generator does; a named one is the node's class (containerd's
+        // words for one its table lacks).
+        if class.value.is_empty() {
+            obj(spec, &["linux", "resources"]).remove("blockIO");
+        } else {
+            let b = (node.blockio)(&class.value).map_err(|e| {
+                format!("plugin {plugin:?}: failed to adjust BlockIO class in OCI Spec: {e}")
+            })?;
+            obj(spec, &["linux", "resources"]).insert("blockIO".into(), b);
         }
-        obj(spec, &["linux", "resources"]).remove("blockIO");
     }
     if let Some(class) = &r.rdt_class {
         owners.claim("RdtClass", "", plugin)?;
