@@ -47,14 +47,10 @@ async fn plugin(p: &Pod) -> TestPlugin {
     plugin
 }
 
-#[tokio::test(flavor = "multi_thread")]
-#[ignore = "runs in the cgroup v2 node VM (cgroup_v2_node)"]
-async fn guest_nri_resources_in_the_container_cgroup() {
-    guest();
-    let p = setup(vec![]).await;
-    let image = app_image(&p).await;
-    let _plugin = plugin(&p).await;
-    let pc = pod_config(&p, "nri");
+/// A pod of `pc` with a container the plugin adjusted, its limits read
+/// from inside checked; the container's id.
+async fn adjusted_app(p: &Pod, pc: PodSandboxConfig) -> String {
+    let image = app_image(p).await;
     let pod = run(&p.h, pc.clone()).await.unwrap();
     let id = create_start(
         &p.h,
@@ -64,6 +60,16 @@ async fn guest_nri_resources_in_the_container_cgroup() {
     )
     .await;
     assert_eq!(out(&p.h, &id, INSIDE).await, EXPECTED);
+    id
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "runs in the cgroup v2 node VM (cgroup_v2_node)"]
+async fn guest_nri_resources_in_the_container_cgroup() {
+    guest();
+    let p = setup(vec![]).await;
+    let _plugin = plugin(&p).await;
+    adjusted_app(&p, pod_config(&p, "nri")).await;
     remove_listed(&p).await;
     assert_eq!(leftovers(&p), Vec::<String>::new());
 }
@@ -78,19 +84,9 @@ async fn in_systemd_vm_nri_resources_in_the_scope() {
         vec!["--cgroup-driver".into(), "systemd".into()],
     )
     .await;
-    let image = app_image(&p).await;
     let _plugin = plugin(&p).await;
     let slice = super::systemd::pod_slice(None);
-    let pc = pod_under(&p, "nri-sd", &slice);
-    let pod = run(&p.h, pc.clone()).await.unwrap();
-    let id = create_start(
-        &p.h,
-        &pod,
-        &pc,
-        ccfg(&image, "app", &["sleep", "3600"], &[]),
-    )
-    .await;
-    assert_eq!(out(&p.h, &id, INSIDE).await, EXPECTED);
+    let id = adjusted_app(&p, pod_under(&p, "nri-sd", &slice)).await;
     let unit = format!("husk-{id}.scope");
     assert_eq!(
         super::systemd::prop(&unit, "MemoryMax"),
