@@ -40,6 +40,13 @@ impl Plugin {
     /// Starts `binary` and waits until the server has it in its chain as
     /// `id` (`<idx>-<name>`).
     pub async fn start(p: &Pod, binary: &str, id: &str, args: &[&str]) -> Plugin {
+        // As a plugin ordered after the server's readiness: the socket is
+        // bound (and listening) once recovery is done, a little after the
+        // CRI socket.
+        let socket = p.h.nri_socket();
+        crate::wait_for!(20, format!("{}", socket.display()), {
+            socket.exists().then_some(())
+        });
         let before = connected(p, id);
         let child = Command::new(super::shared(&format!("nri/{binary}")))
             // The samples name the flag two ways.
@@ -87,6 +94,21 @@ pub fn connected(p: &Pod, id: &str) -> usize {
 pub type Respond =
     Arc<dyn Fn(&api::CreateContainerRequest) -> api::CreateContainerResponse + Send + Sync>;
 
+/// A connection to the server's NRI `socket`, once it is bound (up to
+/// 20 s: husk binds it when its recovery is done, after the CRI socket).
+pub async fn dial(socket: &Path) -> UnixStream {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        match UnixStream::connect(socket).await {
+            Ok(s) => return s,
+            Err(e) if std::time::Instant::now() > deadline => {
+                panic!("NRI socket {}: {e}", socket.display())
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+}
+
 /// A connected test plugin; its connection closes on drop.
 pub struct TestPlugin(Arc<Conn>);
 
@@ -122,7 +144,7 @@ impl TestPlugin {
         respond: Respond,
         sync: Vec<api::ContainerUpdate>,
     ) -> TestPlugin {
-        let stream = UnixStream::connect(socket).await.unwrap();
+        let stream = dial(socket).await;
         let serve: Serve = Arc::new(move |_service, method, payload| {
             let respond = respond.clone();
             let sync = sync.clone();
