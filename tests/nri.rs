@@ -36,6 +36,19 @@ fn events(log: &Path) -> Vec<String> {
     out
 }
 
+/// The lines of the logger's `log` where it was told `event` of container
+/// `id` (each telling names the container's id once).
+fn said(log: &Path, event: &str, id: &str) -> Vec<usize> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| {
+            l.contains(&format!("msg=\"{event}:")) && l.ends_with(&format!("id: {id}\""))
+        })
+        .map(|(i, _)| i)
+        .collect()
+}
+
 /// `husk check`'s NRI line for the running server.
 fn check_nri(p: &Pod) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_husk"))
@@ -187,6 +200,34 @@ async fn the_logger_sees_a_pod_s_life_in_order_and_what_ran_before_it() {
         (e.len() >= synced + want.len()).then_some(e)
     });
     assert_eq!(&got[synced..], want, "all: {got:?}");
+
+    // As containerd tells them: a container that exits by itself is told
+    // stopped at its exit, and once only; one created and never started,
+    // at its removal and before it.
+    let pc2 = pod_config(&p, "exits");
+    let pod2 = run(&p.h, pc2.clone()).await.unwrap();
+    let once = create_start(&p.h, &pod2, &pc2, ccfg(&image, "once", &["true"], &[])).await;
+    wait_for!(20, "the exit told", {
+        (said(&log, "StopContainer", &once).len() == 1).then_some(())
+    });
+    let never = common::ctr::try_create(&p.h, &pod2, &pc2, ccfg(&image, "never", &["true"], &[]))
+        .await
+        .unwrap();
+    for id in [&never, &once] {
+        rt.remove_container(RemoveContainerRequest {
+            container_id: id.to_string(),
+        })
+        .await
+        .unwrap();
+    }
+    let removed = wait_for!(10, "the removals told", {
+        let r = said(&log, "RemoveContainer", &never);
+        (r.len() == 1 && said(&log, "RemoveContainer", &once).len() == 1).then_some(r)
+    });
+    assert_eq!(said(&log, "StopContainer", &once).len(), 1, "told once");
+    let stopped = said(&log, "StopContainer", &never);
+    assert_eq!(stopped.len(), 1);
+    assert!(stopped[0] < removed[0], "stopped before removed");
     assert!(
         !p.h.log().contains("NRI plugin dropped"),
         "the plugin stayed in the chain"

@@ -45,14 +45,11 @@ impl ContainerManager {
         r
     }
 
-    /// StopContainer.
+    /// StopContainer: the plugins are told (once a container, as
+    /// containerd tells them, whatever its state).
     pub async fn stop(self: &Arc<Self>, id: &str, timeout: Duration) -> Result<(), SandboxError> {
-        let running = self.resolve(id).filter(|id| {
-            self.get(id)
-                .is_some_and(|r| r.state == ContainerState::Running)
-        });
         self.stop_task(id, timeout).await?;
-        if let Some((nri, pod, c)) = running.and_then(|id| self.nri_event(&id)) {
+        if let Some((nri, pod, c)) = self.resolve(id).and_then(|id| self.nri_event(&id)) {
             nri.stop_container(&pod, &c).await;
         }
         Ok(())
@@ -64,10 +61,13 @@ impl ContainerManager {
         if let Some(full) = self.resolve(id) {
             self.stop(&full, Duration::ZERO).await?;
         }
-        let view = self.resolve(id).and_then(|id| self.nri_event(&id));
+        let full = self.resolve(id);
+        let view = full.as_deref().and_then(|id| self.nri_event(id));
         self.remove_task(id).await?;
-        if let Some((nri, pod, c)) = view {
-            nri.remove_container(&pod, &c).await;
+        match (view, self.nri(), full) {
+            (Some((nri, pod, c)), _, _) => nri.remove_container(&pod, &c).await,
+            (None, Some(nri), Some(full)) => nri.forget_container(&full),
+            _ => {}
         }
         Ok(())
     }

@@ -28,6 +28,8 @@ impl ContainerManager {
 
     /// Records an exit unless another caller already did (or the container
     /// is gone); only the first raises STOPPED. Returns the record as kept.
+    /// NRI's plugins are told the container stopped, as containerd tells
+    /// them of an exit.
     pub(super) fn record_exit(&self, r: ContainerRecord) -> ContainerRecord {
         {
             let mut g = self.lock();
@@ -42,6 +44,9 @@ impl ContainerManager {
                 }
                 None => return r,
             }
+        }
+        if let Some((nri, pod, c)) = self.nri_event(&r.id) {
+            nri.container_exited(pod, c);
         }
         // Not recreated if a removal took the directory meanwhile.
         if let Err(e) = atomic::replace_state_json(&self.dir(&r.id).join("container.json"), &r) {

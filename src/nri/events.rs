@@ -301,9 +301,14 @@ impl Nri {
             .await;
     }
 
-    /// StopContainer; the updates of other containers the plugins answer
-    /// are applied (one that fails is logged: the container is stopped).
+    /// StopContainer, once a container; the updates of other containers
+    /// the plugins answer are applied (one that fails is logged: the
+    /// container is stopped).
     pub async fn stop_container(&self, pod: &api::PodSandbox, c: &api::Container) {
+        let _order = self.stop_order.lock().await;
+        if !self.stopped_set().insert(c.id.clone()) {
+            return;
+        }
         let req = api::StopContainerRequest {
             pod: Some(pod.clone()),
             container: Some(c.clone()),
@@ -432,8 +437,28 @@ impl Nri {
             .await;
     }
 
-    /// RemoveContainer.
+    /// A container that exited by itself (seen on husk's exit thread):
+    /// the plugins are told it stopped, unless they were.
+    pub fn container_exited(self: &Arc<Self>, pod: api::PodSandbox, c: api::Container) {
+        let me = self.clone();
+        self.rt
+            .spawn(async move { me.stop_container(&pod, &c).await });
+    }
+
+    /// A removed container's mark, when no plugin was told of its removal.
+    pub fn forget_container(&self, id: &str) {
+        self.stopped_set().remove(id);
+    }
+
+    fn stopped_set(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
+        self.stopped.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// RemoveContainer, after its StopContainer if the plugins were not
+    /// told yet (a container created and never started).
     pub async fn remove_container(&self, pod: &api::PodSandbox, c: &api::Container) {
+        self.stop_container(pod, c).await;
+        self.forget_container(&c.id);
         let _ = self
             .event(
                 api::Event::RemoveContainer,

@@ -66,6 +66,15 @@ pub struct Nri {
     active: AtomicUsize,
     snapshot: OnceLock<Snapshot>,
     updates: OnceLock<Updates>,
+    /// The containers the plugins were told stopped, each told once (at
+    /// StopContainer, at its own exit or at its removal, whichever comes
+    /// first), as containerd tells them.
+    stopped: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// Held while the plugins are told a container stopped, so a Stop
+    /// told from an exit is out before the container's Remove.
+    stop_order: tokio::sync::Mutex<()>,
+    /// Where an exit seen on husk's exit thread is told from.
+    rt: tokio::runtime::Handle,
 }
 
 /// A connected plugin, as `husk check` and the status report it.
@@ -99,6 +108,9 @@ impl Nri {
             active: AtomicUsize::new(0),
             snapshot: OnceLock::new(),
             updates: OnceLock::new(),
+            stopped: Default::default(),
+            stop_order: Default::default(),
+            rt: tokio::runtime::Handle::current(),
         });
         nri.set_snapshot(snapshot);
         nri.set_updates(updates);

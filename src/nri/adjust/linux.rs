@@ -139,8 +139,10 @@ fn devices(
             j["gid"] = json!(g.value);
         }
         devs.push(j);
+        // NRI's access string: read and write, mknod for a block device.
+        let access = if d.r#type == "b" { "rwm" } else { "rw" };
         list(spec, &["linux", "resources", "devices"]).push(json!({
-            "allow": true, "type": d.r#type, "major": d.major, "minor": d.minor, "access": "rwm",
+            "allow": true, "type": d.r#type, "major": d.major, "minor": d.minor, "access": access,
         }));
     }
     Ok(())

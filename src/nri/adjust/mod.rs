@@ -354,6 +354,8 @@ mod tests {
         apply(&mut spec, &adj, "10-a", &mut Owners::default(), &bare()).expect("applies");
         assert_eq!(spec["linux"]["devices"][0]["path"], "/dev/xnull");
         assert_eq!(spec["linux"]["resources"]["devices"][0]["allow"], true);
+        // NRI's access string: no mknod for a character device.
+        assert_eq!(spec["linux"]["resources"]["devices"][0]["access"], "rw");
         assert_eq!(spec["linux"]["resources"]["memory"]["limit"], 1 << 30);
         assert_eq!(spec["linux"]["resources"]["pids"]["limit"], 64);
         assert_eq!(spec["process"]["oomScoreAdj"], 500);
