@@ -32,3 +32,4 @@ pub mod store;
 pub mod streaming;
 pub mod sys;
 pub mod timing;
+pub mod ttrpc;

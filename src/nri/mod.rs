@@ -52,7 +52,7 @@ pub type Updates = Arc<dyn Fn(api::UpdateContainersRequest) -> Applied + Send + 
 pub type Snapshot = Arc<dyn Fn() -> (Vec<api::PodSandbox>, Vec<api::Container>) + Send + Sync>;
 
 /// A message a little under ttrpc's limit, for `Synchronize` pages.
-const PAGE_BYTES: usize = ttrpc::MAX_MESSAGE - (64 << 10);
+const PAGE_BYTES: usize = crate::ttrpc::MAX_MESSAGE - (64 << 10);
 
 /// The plugins husk hosts.
 pub struct Nri {

@@ -9,8 +9,9 @@
 //! limit.
 
 pub use super::ttrpc::CallError;
-use super::ttrpc::{Conn, Serve, Status};
+use super::ttrpc::{Conn, Serve};
 use crate::api::nri as api;
+use crate::ttrpc::Status;
 use prost::Message;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

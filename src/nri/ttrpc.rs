@@ -13,6 +13,10 @@
 //! to the calls waiting for them. When the trunk closes, every waiting
 //! call fails and [`Conn::closed`] resolves.
 
+use crate::ttrpc::{
+    encode_frame, take_frame, Request, Response, Status, MAX_MESSAGE, TTRPC_HEADER, TYPE_REQUEST,
+    TYPE_RESPONSE,
+};
 use prost::Message;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -27,48 +31,11 @@ use tokio::sync::{oneshot, watch};
 pub const PLUGIN_CONN: u32 = 1;
 /// The runtime's services (the plugin calls).
 pub const RUNTIME_CONN: u32 = 2;
-const TTRPC_HEADER: usize = 10;
-/// ttrpc's largest message.
-pub const MAX_MESSAGE: usize = 4 << 20;
 /// The largest chunk husk writes. A Go plugin's side of the trunk hands
 /// each chunk whole to one `Read` of ttrpc's 4 KiB buffered reader and
 /// fails a larger one (ENOMEM: the plugin then hangs); Go's own writer
 /// never makes one larger, through the same 4 KiB buffer.
 const CHUNK: usize = 4096;
-const TYPE_REQUEST: u8 = 1;
-const TYPE_RESPONSE: u8 = 2;
-
-/// ttrpc's request envelope.
-#[derive(Clone, PartialEq, Message)]
-pub struct Request {
-    #[prost(string, tag = "1")]
-    pub service: String,
-    #[prost(string, tag = "2")]
-    pub method: String,
-    #[prost(bytes = "vec", tag = "3")]
-    pub payload: Vec<u8>,
-    #[prost(int64, tag = "4")]
-    pub timeout_nano: i64,
-}
-
-/// ttrpc's response envelope.
-#[derive(Clone, PartialEq, Message)]
-pub struct Response {
-    #[prost(message, optional, tag = "1")]
-    pub status: Option<Status>,
-    #[prost(bytes = "vec", tag = "2")]
-    pub payload: Vec<u8>,
-}
-
-/// google.rpc.Status, without details.
-#[derive(Clone, PartialEq, Message)]
-pub struct Status {
-    #[prost(int32, tag = "1")]
-    pub code: i32,
-    #[prost(string, tag = "2")]
-    pub message: String,
-}
-
 /// A failed call.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum CallError {
@@ -337,25 +304,6 @@ async fn read_loop(
     }
 }
 
-/// The next whole ttrpc frame of `buf`, taken out of it.
-fn take_frame(buf: &mut Vec<u8>) -> Result<Option<(u32, u8, Vec<u8>)>, String> {
-    if buf.len() < TTRPC_HEADER {
-        return Ok(None);
-    }
-    let len = u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
-    if len > MAX_MESSAGE {
-        return Err(format!("a ttrpc message of {len} bytes, over its limit"));
-    }
-    if buf.len() < TTRPC_HEADER + len {
-        return Ok(None);
-    }
-    let id = u32::from_be_bytes([buf[4], buf[5], buf[6], buf[7]]);
-    let kind = buf[8];
-    let body = buf[TTRPC_HEADER..TTRPC_HEADER + len].to_vec();
-    buf.drain(..TTRPC_HEADER + len);
-    Ok(Some((id, kind, body)))
-}
-
 /// One ttrpc frame on connection `conn`, written as trunk chunks.
 async fn write_frame(
     writer: &tokio::sync::Mutex<OwnedWriteHalf>,
@@ -371,18 +319,7 @@ async fn write_frame(
 
 /// One ttrpc frame on connection `conn`, as trunk chunks.
 fn frame(conn: u32, id: u32, kind: u8, body: &[u8]) -> Result<Vec<u8>, String> {
-    if body.len() > MAX_MESSAGE {
-        return Err(format!(
-            "a message of {} bytes, over ttrpc's limit",
-            body.len()
-        ));
-    }
-    let mut frame = Vec::with_capacity(TTRPC_HEADER + body.len());
-    frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
-    frame.extend_from_slice(&id.to_be_bytes());
-    frame.push(kind);
-    frame.push(0);
-    frame.extend_from_slice(body);
+    let frame = encode_frame(id, kind, body)?;
     Ok(chunks(conn, &frame))
 }
 
