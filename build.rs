@@ -1,7 +1,9 @@
 //! Compiles the CRI v1 API (vendored from k8s.io/cri-api), husk's own
 //! gRPC APIs (proto/husk) and the messages of NRI's API (vendored from
 //! github.com/containerd/nri v0.12.0, pkg/api; spoken over ttrpc by
-//! `src/nri`, so no gRPC stubs) with a vendored protoc, so the build does
+//! `src/nri`, so no gRPC stubs), the subset of containerd's shim v2 API
+//! that husk's shim speaks to shim runtimes (`src/shim/v2`, over ttrpc
+//! too) with a vendored protoc, so the build does
 //! not depend on the host's protobuf compiler version.
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let protoc = protoc_bin_vendored::protoc_bin_path()?;
@@ -22,6 +24,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         .build_client(false)
         .build_server(false)
-        .compile_protos(&["proto/nri/v1alpha1/api.proto"], &["proto"])?;
+        .compile_protos(
+            &[
+                "proto/nri/v1alpha1/api.proto",
+                "proto/containerd/v2/shim.proto",
+            ],
+            &["proto"],
+        )?;
     Ok(())
 }

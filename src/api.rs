@@ -1,6 +1,7 @@
 //! Generated gRPC code: CRI v1 (`runtime.v1`, from the vendored
 //! k8s.io/cri-api proto), husk's own admin API (`husk.v1`) and NRI's
-//! messages (`nri.pkg.api.v1alpha1`, spoken over ttrpc by `nri/`); and
+//! messages (`nri.pkg.api.v1alpha1`, spoken over ttrpc by `nri/`),
+//! containerd's shim v2 messages (`husk.containerd.v2`, by `shim/v2/`); and
 //! the channel a client opens to an endpoint's unix socket.
 
 use tonic::transport::{Channel, Endpoint};
@@ -23,6 +24,11 @@ pub mod shim {
 #[allow(clippy::all, clippy::unwrap_used, missing_docs)]
 pub mod nri {
     tonic::include_proto!("nri.pkg.api.v1alpha1");
+}
+
+#[allow(clippy::all, clippy::unwrap_used, missing_docs)]
+pub mod containerd {
+    tonic::include_proto!("husk.containerd.v2");
 }
 
 /// Connects to `unix:///path` (or a bare path).

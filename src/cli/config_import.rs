@@ -303,10 +303,12 @@ pub fn convert(src: &str) -> Result<Imported, ConfigError> {
         for (name, t) in rt {
             match super::config_runtimes::convert(name, t, systemd.unwrap_or(false)) {
                 Ok((h, notes)) => {
-                    carried.push(format!(
-                        "{base}.{name} -> runtimes.{name} (type \"oci\", {})",
-                        h.path
-                    ));
+                    let what = if h.is_shim() {
+                        format!("type \"shim\", {}", h.runtime_type)
+                    } else {
+                        format!("type \"oci\", {}", h.path)
+                    };
+                    carried.push(format!("{base}.{name} -> runtimes.{name} ({what})"));
                     left.extend(notes.into_iter().map(|n| format!("{base}.{name}: {n}")));
                     c.runtimes.insert(name.clone(), h);
                 }
@@ -405,11 +407,15 @@ root = "/var/lib/containerd"
         assert!(i.carried.join("\n").contains("SystemdCgroup (true)"));
         assert_eq!(i.config.runtimes["crun"].path, "/usr/bin/crun");
         assert!(i.config.runtimes["crun"].is_oci());
-        assert!(!i.config.runtimes.contains_key("kata"));
-        assert!(
-            left.contains("runtimes.kata") && left.contains("containerd shim"),
-            "{left}"
+        assert!(i.config.runtimes["kata"].is_shim());
+        assert_eq!(
+            i.config.runtimes["kata"].runtime_type,
+            "io.containerd.kata.v2"
         );
+        assert!(i
+            .carried
+            .join("\n")
+            .contains("runtimes.kata (type \"shim\""));
         assert_eq!(i.config.default_runtime, "husk");
         let back = Config::parse(&i.render(Path::new("/etc/containerd/config.toml")))
             .expect("the output parses as a husk config");

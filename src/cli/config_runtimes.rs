@@ -1,10 +1,11 @@
 //! containerd's `runtimes.<name>` tables as husk runtime handlers: a
 //! runtime run by containerd's runc shim (`io.containerd.runc.v2`, or the
 //! old `.v1`) is an OCI runtime husk's shim drives the same way, its
-//! `BinaryName` (default runc) and `Root` kept. Other shims (Kata's,
-//! gVisor's containerd shim) are not OCI command lines and are left out,
-//! with why.
+//! `BinaryName` (default runc) and `Root` kept. Any other shim (Kata's,
+//! gVisor's, runwasi's) becomes a `type = "shim"` handler with the same
+//! `runtime_type`, `runtime_path` and options table.
 
+use crate::config::runtimes::RuntimeOptions;
 use crate::config::RuntimeConfig;
 use toml::Value;
 
@@ -30,13 +31,6 @@ pub fn convert(
         .get("runtime_type")
         .and_then(Value::as_str)
         .unwrap_or("io.containerd.runc.v2");
-    if !matches!(kind, "io.containerd.runc.v2" | "io.containerd.runc.v1") {
-        return Err(format!(
-            "runtime_type {kind:?} is a containerd shim, not an OCI runtime's command line; \
-             husk drives runtimes that speak runc's (runc, crun, runsc): add a \
-             [runtimes.{name}] with type = \"oci\" and its binary"
-        ));
-    }
     let valid = !name.is_empty()
         && name.len() <= 63
         && name
@@ -44,6 +38,9 @@ pub fn convert(
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
     if !valid {
         return Err("a husk handler name must be a DNS label (a-z, 0-9, '-')".into());
+    }
+    if !matches!(kind, "io.containerd.runc.v2" | "io.containerd.runc.v1") {
+        return shim(kind, t);
     }
     let opts = t.get("options");
     let opt = |k: &str| opts.and_then(|o| o.get(k));
@@ -72,8 +69,46 @@ pub fn convert(
             .unwrap_or("runc")
             .into(),
         root: opt("Root").and_then(Value::as_str).unwrap_or("").into(),
-        options: Vec::new(),
         no_pivot_root: opt("NoPivotRoot").and_then(Value::as_bool).unwrap_or(false),
+        privileged_without_host_devices: t
+            .get("privileged_without_host_devices")
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
+        pod_annotations: strings(t, "pod_annotations"),
+        ..RuntimeConfig::default()
+    };
+    Ok((h, notes))
+}
+
+/// A shim other than runc's: a `type = "shim"` handler.
+fn shim(kind: &str, t: &Value) -> Result<(RuntimeConfig, Vec<String>), String> {
+    crate::config::runtimes::shim_binary_name(kind)?;
+    let mut notes = Vec::new();
+    let path = t.get("runtime_path").and_then(Value::as_str).unwrap_or("");
+    if !path.is_empty() && !path.starts_with('/') {
+        return Err(format!("runtime_path {path:?} must be absolute"));
+    }
+    if t.get("container_annotations").is_some() {
+        notes.push(
+            "container_annotations: a container's own annotations always reach its spec".into(),
+        );
+    }
+    if t.get("sandboxer").and_then(Value::as_str) == Some("shim") {
+        notes.push(
+            "sandboxer = \"shim\": husk runs a pod's sandbox as a task of the shim \
+             (containerd's \"podsandbox\")"
+                .into(),
+        );
+    }
+    let options = match t.get("options").and_then(Value::as_table) {
+        Some(o) => RuntimeOptions::Table(o.clone()),
+        None => RuntimeOptions::default(),
+    };
+    let h = RuntimeConfig {
+        kind: "shim".into(),
+        runtime_type: kind.into(),
+        path: path.into(),
+        options,
         privileged_without_host_devices: t
             .get("privileged_without_host_devices")
             .and_then(Value::as_bool)
@@ -106,10 +141,30 @@ SystemdCgroup = true"#,
         assert!(h.privileged_without_host_devices);
         assert_eq!(h.pod_annotations, ["io.kubernetes.cri.*"]);
         assert!(notes[0].contains("SystemdCgroup"), "{notes:?}");
-        let kata: Value =
-            toml::from_str(r#"runtime_type = "io.containerd.kata.v2""#).expect("toml");
-        assert!(convert("kata", &kata, false)
-            .expect_err("a shim")
-            .contains("containerd shim"));
+    }
+
+    #[test]
+    fn other_shims_become_shim_handlers_with_their_options() {
+        let kata: Value = toml::from_str(
+            r#"runtime_type = "io.containerd.kata.v2"
+runtime_path = "/opt/kata/bin/containerd-shim-kata-v2"
+pod_annotations = ["io.katacontainers.*"]
+[options]
+ConfigPath = "/opt/kata/share/defaults/kata-containers/configuration.toml""#,
+        )
+        .expect("toml");
+        let (h, _) = convert("kata", &kata, false).expect("converts");
+        assert!(h.is_shim());
+        assert_eq!(h.runtime_type, "io.containerd.kata.v2");
+        assert_eq!(h.path, "/opt/kata/bin/containerd-shim-kata-v2");
+        assert_eq!(h.pod_annotations, ["io.katacontainers.*"]);
+        assert_eq!(
+            h.options.table()["ConfigPath"].as_str(),
+            Some("/opt/kata/share/defaults/kata-containers/configuration.toml")
+        );
+        let bad: Value = toml::from_str(r#"runtime_type = "wasm""#).expect("toml");
+        assert!(convert("wasm", &bad, false)
+            .expect_err("no shim name")
+            .contains("runtime_type"));
     }
 }

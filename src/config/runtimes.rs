@@ -3,10 +3,13 @@
 //! names none runs under.
 //!
 //! A handler is husk's own path (`type = "husk"`: youki's libcontainer in
-//! husk's shim) or an OCI runtime that speaks runc's command line (`type =
-//! "oci"`: runc, crun, runsc, youki's CLI), which husk's shim drives. The
-//! tables of a config file add to the built-in `husk` and `runc` handlers,
-//! or replace them by name.
+//! husk's shim), an OCI runtime that speaks runc's command line (`type =
+//! "oci"`: runc, crun, runsc, youki's CLI), which husk's shim drives, or a
+//! containerd shim v2 runtime (`type = "shim"`: containerd-shim-runc-v2,
+//! Kata, gVisor's runsc shim, runwasi), named by its `runtime_type` as
+//! containerd names it and given the `options` table containerd would give
+//! it. The tables of a config file add to the built-in `husk` and `runc`
+//! handlers, or replace them by name.
 
 use super::ConfigError;
 use serde::{Deserialize, Deserializer, Serialize};
@@ -19,16 +22,23 @@ pub const MAX_TIMEOUT_SECS: u64 = 20;
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct RuntimeConfig {
-    /// "husk" or "oci".
+    /// "husk", "oci" or "shim".
     #[serde(rename = "type")]
     pub kind: String,
-    /// The OCI runtime's binary: a path, or a name looked up on PATH.
+    /// The OCI runtime's binary: a path, or a name looked up on PATH. For
+    /// a shim: its binary, an absolute path (containerd's `runtime_path`);
+    /// empty: the binary `runtime_type` names, on PATH.
     pub path: String,
+    /// A shim's runtime type as containerd names it
+    /// (`io.containerd.runc.v2` runs `containerd-shim-runc-v2`).
+    pub runtime_type: String,
     /// Its state root (`--root`); empty: `<state>/runtimes/<name>`.
     pub root: String,
-    /// Global flags given before each command (`--systemd-cgroup` is
-    /// added by husk under the systemd cgroup driver).
-    pub options: Vec<String>,
+    /// An OCI runtime's global flags, given before each command
+    /// (`--systemd-cgroup` is added by husk under the systemd cgroup
+    /// driver); a shim's options table (runc's `BinaryName`,
+    /// `SystemdCgroup`; Kata's `ConfigPath`), as containerd's.
+    pub options: RuntimeOptions,
     /// `create --no-pivot`: for a rootfs pivot_root(2) cannot leave (a
     /// ramdisk).
     pub no_pivot_root: bool,
@@ -46,8 +56,9 @@ impl Default for RuntimeConfig {
         RuntimeConfig {
             kind: "husk".into(),
             path: String::new(),
+            runtime_type: String::new(),
             root: String::new(),
-            options: Vec::new(),
+            options: RuntimeOptions::default(),
             no_pivot_root: false,
             privileged_without_host_devices: false,
             pod_annotations: Vec::new(),
@@ -60,6 +71,62 @@ impl RuntimeConfig {
     pub fn is_oci(&self) -> bool {
         self.kind == "oci"
     }
+
+    pub fn is_shim(&self) -> bool {
+        self.kind == "shim"
+    }
+}
+
+/// A handler's `options`: an OCI runtime's flags, or a shim's table.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(untagged)]
+pub enum RuntimeOptions {
+    Flags(Vec<String>),
+    Table(toml::Table),
+}
+
+impl Default for RuntimeOptions {
+    fn default() -> Self {
+        RuntimeOptions::Flags(Vec::new())
+    }
+}
+
+impl RuntimeOptions {
+    pub fn is_empty(&self) -> bool {
+        match self {
+            RuntimeOptions::Flags(f) => f.is_empty(),
+            RuntimeOptions::Table(t) => t.is_empty(),
+        }
+    }
+
+    /// An OCI runtime's flags (none for a table).
+    pub fn flags(&self) -> &[String] {
+        match self {
+            RuntimeOptions::Flags(f) => f,
+            RuntimeOptions::Table(_) => &[],
+        }
+    }
+
+    /// A shim's table (empty for flags).
+    pub fn table(&self) -> toml::Table {
+        match self {
+            RuntimeOptions::Flags(_) => toml::Table::new(),
+            RuntimeOptions::Table(t) => t.clone(),
+        }
+    }
+}
+
+/// The binary containerd runs for a shim's `runtime_type`: the last two
+/// of its dot-separated parts, as `containerd-shim-<a>-<b>`.
+pub fn shim_binary_name(runtime_type: &str) -> Result<String, String> {
+    let parts: Vec<&str> = runtime_type.split('.').collect();
+    if parts.len() < 2 || parts[0].is_empty() || parts.iter().any(|p| p.is_empty()) {
+        return Err(format!(
+            "runtime_type {runtime_type:?} is not a shim's name (as io.containerd.runc.v2)"
+        ));
+    }
+    let n = parts.len();
+    Ok(format!("containerd-shim-{}-{}", parts[n - 2], parts[n - 1]))
 }
 
 /// The built-in handlers: husk's own, and runc on PATH.
@@ -117,14 +184,53 @@ pub fn validate(
                     ("root", !r.root.is_empty()),
                     ("options", !r.options.is_empty()),
                     ("no_pivot_root", r.no_pivot_root),
+                    ("runtime_type", !r.runtime_type.is_empty()),
                 ];
                 if let Some((k, _)) = set.iter().find(|(_, on)| *on) {
                     return Err(ConfigError(format!(
-                        "{key}.{k}: only for type \"oci\" (husk's own path has no binary)"
+                        "{key}.{k}: not for type \"husk\" (husk's own path has no binary)"
+                    )));
+                }
+            }
+            "shim" => {
+                shim_binary_name(&r.runtime_type)
+                    .map_err(|e| ConfigError(format!("{key}.runtime_type: {e}")))?;
+                if !r.path.is_empty() && !r.path.starts_with('/') {
+                    return Err(ConfigError(format!(
+                        "{key}.path: {:?} must be an absolute path (a shim's binary; empty: \
+                         the one runtime_type names, on PATH)",
+                        r.path
+                    )));
+                }
+                if let RuntimeOptions::Flags(f) = &r.options {
+                    if !f.is_empty() {
+                        return Err(ConfigError(format!(
+                            "{key}.options: a shim's options are a table (as \
+                             [runtimes.{name}.options] BinaryName = \"runc\"), not flags"
+                        )));
+                    }
+                }
+                let set = [
+                    ("root", !r.root.is_empty()),
+                    ("no_pivot_root", r.no_pivot_root),
+                ];
+                if let Some((k, _)) = set.iter().find(|(_, on)| *on) {
+                    return Err(ConfigError(format!(
+                        "{key}.{k}: only for type \"oci\" (a shim takes it in its options)"
                     )));
                 }
             }
             "oci" => {
+                if let RuntimeOptions::Table(_) = &r.options {
+                    return Err(ConfigError(format!(
+                        "{key}.options: an OCI runtime's options are its global flags, a list"
+                    )));
+                }
+                if !r.runtime_type.is_empty() {
+                    return Err(ConfigError(format!(
+                        "{key}.runtime_type: only for type \"shim\""
+                    )));
+                }
                 if r.path.trim().is_empty() {
                     return Err(ConfigError(format!(
                         "{key}.path: type \"oci\" needs the runtime's binary"
@@ -139,7 +245,7 @@ pub fn validate(
             }
             other => {
                 return Err(ConfigError(format!(
-                    "{key}.type: {other:?} is not \"husk\" or \"oci\""
+                    "{key}.type: {other:?} is not \"husk\", \"oci\" or \"shim\""
                 )))
             }
         }
@@ -193,11 +299,15 @@ pub fn to_toml(runtimes: &BTreeMap<String, RuntimeConfig>) -> String {
         out += &format!("\n[runtimes.{name}]\n");
         out += &format!("type = {:?}\n", r.kind);
         if r.is_oci() {
-            let opts: Vec<String> = r.options.iter().map(|o| format!("{o:?}")).collect();
+            let opts: Vec<String> = r.options.flags().iter().map(|o| format!("{o:?}")).collect();
             out += &format!("path = {:?}\n", r.path);
             out += &format!("root = {:?}\n", r.root);
             out += &format!("options = [{}]\n", opts.join(", "));
             out += &format!("no_pivot_root = {}\n", r.no_pivot_root);
+        }
+        if r.is_shim() {
+            out += &format!("runtime_type = {:?}\n", r.runtime_type);
+            out += &format!("path = {:?}\n", r.path);
         }
         let ann: Vec<String> = r.pod_annotations.iter().map(|o| format!("{o:?}")).collect();
         out += &format!(
@@ -206,6 +316,10 @@ pub fn to_toml(runtimes: &BTreeMap<String, RuntimeConfig>) -> String {
         );
         out += &format!("pod_annotations = [{}]\n", ann.join(", "));
         out += &format!("timeout_secs = {}\n", r.timeout_secs);
+        if r.is_shim() && !r.options.is_empty() {
+            out += &format!("\n[runtimes.{name}.options]\n");
+            out += &toml::to_string(&r.options.table()).unwrap_or_default();
+        }
     }
     out
 }

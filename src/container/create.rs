@@ -307,6 +307,19 @@ impl ContainerManager {
                 spec["annotations"][k] = serde_json::json!(v);
             }
         }
+        if handler.is_shim() {
+            let md = c.metadata.clone().unwrap_or_default();
+            let image_name = c.image.as_ref().map(|i| i.image.as_str()).unwrap_or("");
+            let cri = crate::sandbox::handlers::container_annotations(
+                sandbox_id,
+                &pod_config,
+                &md.name,
+                image_name,
+            );
+            for (k, v) in cri {
+                spec["annotations"][k] = serde_json::json!(v);
+            }
+        }
         if let Some(u) = &pod.userns {
             crate::sandbox::spec::user_namespace(&mut spec, u);
         }
@@ -370,7 +383,7 @@ impl ContainerManager {
                 stdin_once: c.stdin_once,
                 tty: c.tty,
                 cgroups_path: cgroups_path.clone(),
-                oci,
+                oci: crate::sandbox::handlers::for_pod(oci, sandbox_id),
                 ..Default::default()
             }),
         )?;

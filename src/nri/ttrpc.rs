@@ -149,6 +149,7 @@ impl Conn {
             method: method.into(),
             payload,
             timeout_nano: timeout.as_nanos().min(i64::MAX as u128) as i64,
+            metadata: Vec::new(),
         };
         let body = req.encode_to_vec();
         let (tx, rx) = oneshot::channel();
@@ -433,6 +434,7 @@ mod tests {
                 method: "Echo".into(),
                 payload: b"ping".to_vec(),
                 timeout_nano: 0,
+                metadata: Vec::new(),
             }
             .encode_to_vec();
             let mut f = (req.len() as u32).to_be_bytes().to_vec();

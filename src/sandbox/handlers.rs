@@ -32,6 +32,9 @@ pub struct Handler {
     pub root: PathBuf,
     /// Global flags husk adds (`--systemd-cgroup`).
     systemd: bool,
+    /// The server's state dir (a shim's `-address` and socket dir derive
+    /// from it).
+    state: PathBuf,
 }
 
 /// The handlers by name, and the default's name.
@@ -134,9 +137,66 @@ impl Handler {
         self.config.is_oci()
     }
 
+    pub fn is_shim(&self) -> bool {
+        self.config.is_shim()
+    }
+
+    /// A shim handler's binary: its `path`, else the one its runtime type
+    /// names, on PATH.
+    pub fn shim_binary(&self) -> Result<PathBuf, String> {
+        let name = if self.config.path.is_empty() {
+            crate::config::runtimes::shim_binary_name(&self.config.runtime_type)?
+        } else {
+            self.config.path.clone()
+        };
+        find_binary(&name)
+    }
+
+    /// A shim handler's: the binary, and what it is started with.
+    fn shim_request(&self) -> Result<Option<OciRuntime>, SandboxError> {
+        let bin = self.shim_binary().map_err(|e| {
+            SandboxError::NotRunning(format!(
+                "runtime handler {:?} ({}): {e}",
+                self.name, self.config.runtime_type
+            ))
+        })?;
+        let options = crate::shim::v2::options::encode(
+            &self.config.runtime_type,
+            &self.config.options.table(),
+            self.systemd,
+            &self.root.display().to_string(),
+        )
+        .map_err(|e| {
+            SandboxError::Invalid(format!("runtime handler {:?}: options: {e}", self.name))
+        })?;
+        // A 2.3 shim's socket is `<dir>/<sha256>`, which must fit a socket
+        // address: a short dir of this server's own.
+        use sha2::Digest;
+        let tag =
+            hex::encode(&sha2::Sha256::digest(self.state.as_os_str().as_encoded_bytes())[..8]);
+        Ok(Some(OciRuntime {
+            path: bin.display().to_string(),
+            root: self.root.display().to_string(),
+            global_args: Vec::new(),
+            no_pivot_root: false,
+            timeout_ms: (self.config.timeout_secs * 1000) as u32,
+            shim: Some(crate::api::shim::ShimV2 {
+                runtime_type: self.config.runtime_type.clone(),
+                options_type_url: options.type_url,
+                options: options.value,
+                sandbox_id: String::new(),
+                grpc_address: self.state.join("shim-v2.sock").display().to_string(),
+                socket_dir: format!("/run/husk/s/{tag}"),
+            }),
+        }))
+    }
+
     /// What the shim is told to run this handler's containers with (None:
     /// husk's own path). FailedPrecondition when the binary is not there.
     pub fn oci_request(&self) -> Result<Option<OciRuntime>, SandboxError> {
+        if self.is_shim() {
+            return self.shim_request();
+        }
         if !self.is_oci() {
             return Ok(None);
         }
@@ -147,19 +207,24 @@ impl Handler {
         if self.systemd {
             global_args.push("--systemd-cgroup".to_string());
         }
-        global_args.extend(self.config.options.iter().cloned());
+        global_args.extend(self.config.options.flags().iter().cloned());
         Ok(Some(OciRuntime {
             path: bin.display().to_string(),
             root: self.root.display().to_string(),
             global_args,
             no_pivot_root: self.config.no_pivot_root,
             timeout_ms: (self.config.timeout_secs * 1000) as u32,
+            shim: None,
         }))
     }
 
     /// What it can do, for Status and for the checks of a create.
     /// `husk_rro` and `husk_userns`: what husk's own path can.
     pub fn features(&self, husk_rro: bool, husk_userns: bool) -> RuntimeHandlerFeatures {
+        // A shim's runtime is not asked (yet): it claims neither.
+        if self.is_shim() {
+            return RuntimeHandlerFeatures::default();
+        }
         if !self.is_oci() {
             return RuntimeHandlerFeatures {
                 recursive_read_only_mounts: husk_rro,
@@ -193,6 +258,57 @@ impl Handler {
     }
 }
 
+/// The annotations containerd's CRI gives a pod's sandbox spec, by which
+/// a shim runtime knows a pod (Kata makes its VM of the sandbox; the runc
+/// shim groups a pod's tasks by the sandbox id).
+pub fn sandbox_annotations(
+    id: &str,
+    c: &crate::api::cri::PodSandboxConfig,
+) -> Vec<(String, String)> {
+    let mut a = pod_annotations_of(id, c);
+    a.push(("io.kubernetes.cri.container-type".into(), "sandbox".into()));
+    a.push((
+        "io.kubernetes.cri.sandbox-log-directory".into(),
+        c.log_directory.clone(),
+    ));
+    a
+}
+
+/// The annotations containerd's CRI gives a container's spec.
+pub fn container_annotations(
+    sandbox_id: &str,
+    pod: &crate::api::cri::PodSandboxConfig,
+    name: &str,
+    image: &str,
+) -> Vec<(String, String)> {
+    let mut a = pod_annotations_of(sandbox_id, pod);
+    a.push((
+        "io.kubernetes.cri.container-type".into(),
+        "container".into(),
+    ));
+    a.push(("io.kubernetes.cri.container-name".into(), name.into()));
+    a.push(("io.kubernetes.cri.image-name".into(), image.into()));
+    a
+}
+
+fn pod_annotations_of(id: &str, c: &crate::api::cri::PodSandboxConfig) -> Vec<(String, String)> {
+    let md = c.metadata.clone().unwrap_or_default();
+    vec![
+        ("io.kubernetes.cri.sandbox-id".into(), id.into()),
+        ("io.kubernetes.cri.sandbox-name".into(), md.name),
+        ("io.kubernetes.cri.sandbox-namespace".into(), md.namespace),
+        ("io.kubernetes.cri.sandbox-uid".into(), md.uid),
+    ]
+}
+
+/// `oci` for the pod `sandbox_id`: a shim's tasks are grouped by it.
+pub fn for_pod(mut oci: Option<OciRuntime>, sandbox_id: &str) -> Option<OciRuntime> {
+    if let Some(s) = oci.as_mut().and_then(|o| o.shim.as_mut()) {
+        s.sandbox_id = sandbox_id.to_string();
+    }
+    oci
+}
+
 impl Handlers {
     /// The handlers `cfg` configures; `systemd`: the cgroup driver is
     /// systemd's (OCI runtimes are told so).
@@ -211,6 +327,7 @@ impl Handlers {
                     config: c.clone(),
                     root,
                     systemd,
+                    state: cfg.state.clone(),
                 };
                 (name.clone(), h)
             })
@@ -246,7 +363,13 @@ impl Handlers {
             .map(|h| ("", h))
             .into_iter()
             .chain(self.by_name.iter().map(|(n, h)| (n.as_str(), h)))
-            .filter(|(_, h)| !h.is_oci() || find_binary(&h.config.path).is_ok())
+            .filter(|(_, h)| {
+                if h.is_shim() {
+                    h.shim_binary().is_ok()
+                } else {
+                    !h.is_oci() || find_binary(&h.config.path).is_ok()
+                }
+            })
             .map(|(name, h)| RuntimeHandler {
                 name: name.to_string(),
                 features: Some(h.features(husk_rro, husk_userns)),

@@ -110,7 +110,10 @@ impl SandboxManager {
         };
         // Only a pod whose containers share a PID namespace has a pause.
         let sandbox_image = self.sandbox_image();
-        let found = (pid == NamespaceMode::Pod).then(|| self.images.find(&sandbox_image));
+        // A shim runtime's pod has one too: its sandbox task, which Kata
+        // makes the pod's VM of and the runc shim groups the pod by.
+        let found = (pid == NamespaceMode::Pod || handler.is_shim())
+            .then(|| self.images.find(&sandbox_image));
         steps.end("image");
         let image = match found {
             Some(Some(r)) => Ok(Some(r)),
@@ -389,6 +392,10 @@ impl SandboxManager {
 
         steps.end("shm");
         let cgroups_path = crate::cgroup::Driver::current().cgroups_path(&cgroup_parent(c), id);
+        let mut spec_annotations = spec_annotations;
+        if oci.as_ref().is_some_and(|o| o.shim.is_some()) {
+            spec_annotations.extend(super::handlers::sandbox_annotations(id, c));
+        }
         let bundle = match &image {
             Some(image) => Some(self.pause_bundle(
                 &super::pause::PauseAsk {
@@ -426,7 +433,7 @@ impl SandboxManager {
                     bundle: bundle.display().to_string(),
                     start: true,
                     cgroups_path: cgroups_path.clone(),
-                    oci: oci.clone(),
+                    oci: super::handlers::for_pod(oci.clone(), id),
                     ..Default::default()
                 }),
             )?;

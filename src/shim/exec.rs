@@ -35,6 +35,9 @@ pub struct PendingExec {
     deadline: Option<Instant>,
     timed_out: bool,
     process_file: PathBuf,
+    /// A shim v2 runtime's exec id (its exit comes as an event; `pid` is
+    /// then 0).
+    pub exec_id: Option<String>,
 }
 
 /// Starts `req` in container `req.id`; the caller keeps the pending exec.
@@ -132,7 +135,25 @@ impl PendingExec {
                 .then(|| Instant::now() + Duration::from_millis(req.timeout_ms as u64)),
             timed_out: false,
             process_file: file,
+            exec_id: None,
         }
+    }
+
+    /// An exec a shim v2 runtime runs, reading its FIFOs.
+    pub fn new_v2(
+        conn: UnixStream,
+        req: &ExecRequest,
+        exec_id: String,
+        pipes: [OwnedFd; 2],
+    ) -> PendingExec {
+        let mut x = PendingExec::new(conn, req, 0, pipes, PathBuf::new());
+        x.exec_id = Some(exec_id);
+        x
+    }
+
+    /// Whether its time ran out and it is not yet killed.
+    pub fn deadline_passed(&self, now: Instant) -> bool {
+        self.exit.is_none() && !self.timed_out && self.deadline.is_some_and(|d| now >= d)
     }
 
     /// Reads what the pipes hold (keeping at most `max` bytes per stream).
@@ -171,11 +192,14 @@ impl PendingExec {
 
     /// Answers if done (or kills it on timeout); true once answered.
     pub fn poll(&mut self, now: Instant) -> bool {
-        if self.exit.is_none() && !self.timed_out && self.deadline.is_some_and(|d| now >= d) {
-            // SAFETY: kill(2) on the exec'd process and its group.
-            unsafe {
-                libc::kill(-self.pid, libc::SIGKILL);
-                libc::kill(self.pid, libc::SIGKILL);
+        if self.deadline_passed(now) {
+            // A shim's exec (pid 0) is killed through its shim.
+            if self.pid > 0 {
+                // SAFETY: kill(2) on the exec'd process and its group.
+                unsafe {
+                    libc::kill(-self.pid, libc::SIGKILL);
+                    libc::kill(self.pid, libc::SIGKILL);
+                }
             }
             self.timed_out = true;
             self.drain();
@@ -205,7 +229,9 @@ impl PendingExec {
             ..Default::default()
         };
         let _ = write_msg(&mut self.conn, &resp);
-        let _ = std::fs::remove_file(&self.process_file);
+        if self.exec_id.is_none() {
+            let _ = std::fs::remove_file(&self.process_file);
+        }
         true
     }
 }

@@ -38,6 +38,7 @@ pub mod spans;
 pub mod stream;
 pub mod tenant;
 pub mod traced;
+pub mod v2;
 pub mod wire;
 
 /// Whether a runtime keeps state of container `id` in the shim dir `dir`

@@ -48,9 +48,11 @@ pub(super) struct Shim {
     pub(super) oom: super::oom::OomWatch,
     /// The containers an OCI runtime runs (runtime.rs), by id.
     pub(super) oci: HashMap<String, Oci>,
+    /// The containers shim v2 runtimes run (v2/).
+    pub(super) v2: super::v2::State,
 }
 
-fn reply_err(code: i32, e: impl std::fmt::Display) -> ShimResponse {
+pub(super) fn reply_err(code: i32, e: impl std::fmt::Display) -> ShimResponse {
     ShimResponse {
         error: e.to_string(),
         code,
@@ -101,7 +103,7 @@ impl Shim {
         })
     }
 
-    fn ok(&self, id: &str) -> ShimResponse {
+    pub(super) fn ok(&self, id: &str) -> ShimResponse {
         ShimResponse {
             state: self.state_of(id),
             ..Default::default()
@@ -182,6 +184,9 @@ impl Shim {
         let (stdout, stderr) = (req.stdout_path.as_str(), req.stderr_path.as_str());
         if self.containers.contains_key(id) {
             return reply_err(INVALID, format!("container {id} already exists"));
+        }
+        if req.oci.as_ref().is_some_and(|o| o.shim.is_some()) {
+            return self.v2_create(req);
         }
         let mut readers: Vec<(OwnedFd, Stream)> = Vec::new();
         let mut runtime = Duration::ZERO;
@@ -348,6 +353,7 @@ impl Shim {
         // makes the death of every process in it. Its pid is still its own:
         // this monitor reaps it, and has not yet.
         if e.pid > 0
+            && !self.v2.has(id)
             && e.status != Status::Stopped
             && (!all || (signal == libc::SIGKILL && pid_namespace_init(e.pid)))
         {
@@ -475,7 +481,12 @@ impl Shim {
                     }
                 }
                 let oci = self.oci_of(&x.id);
-                match super::exec::start(&self.youki, &self.dir, &x, conn, oci) {
+                let started = if self.v2.has(&x.id) {
+                    self.v2_exec(&x, conn)
+                } else {
+                    super::exec::start(&self.youki, &self.dir, &x, conn, oci)
+                };
+                match started {
                     Ok(p) => self.execs.push(p),
                     Err(((code, e), mut conn)) => {
                         let _ = write_msg(&mut conn, &reply_err(code, e));
@@ -487,6 +498,14 @@ impl Shim {
                 request: Some(Request::StreamExec(x)),
                 ..
             }) => match self.containers.get(&x.id).map(|e| e.status) {
+                Some(_) if self.v2.has(&x.id) => reply_err(
+                    12,
+                    format!(
+                        "a streaming exec in {}, a container of a shim v2 runtime, is not \
+                         built yet (ExecSync is)",
+                        x.id
+                    ),
+                ),
                 Some(Status::Running) => {
                     let oci = self.oci_of(&x.id);
                     self.streams.exec(&self.youki, &self.dir, &x, conn, oci);
@@ -528,6 +547,16 @@ impl Shim {
     /// Drains exec pipes and answers the execs that are done.
     pub(super) fn poll_execs(&mut self) {
         let now = std::time::Instant::now();
+        // A shim's exec is killed through its shim.
+        let expired: Vec<String> = self
+            .execs
+            .iter()
+            .filter(|x| x.deadline_passed(now))
+            .filter_map(|x| x.exec_id.clone())
+            .collect();
+        for e in expired {
+            self.v2_kill_exec(&e);
+        }
         for x in self.execs.iter_mut() {
             x.drain();
         }

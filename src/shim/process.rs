@@ -124,6 +124,7 @@ pub fn run(dir: &Path) -> io::Result<()> {
         streams: Default::default(),
         oom: super::oom::OomWatch::new(),
         oci: HashMap::new(),
+        v2: Default::default(),
     };
     listener.set_nonblocking(true)?;
     // Once quiet for a while after its start or a request, the monitor
@@ -151,6 +152,11 @@ pub fn run(dir: &Path) -> io::Result<()> {
             }
             let first_oom = fds.len();
             if let Some(fd) = shim.oom.fd() {
+                fds.push(rustix::event::PollFd::new(fd, rustix::event::PollFlags::IN));
+            }
+            // Shim v2 runtimes' events and logs: taken by each reap.
+            let v2_fds = shim.v2.poll_fds();
+            for fd in &v2_fds {
                 fds.push(rustix::event::PollFd::new(fd, rustix::event::PollFlags::IN));
             }
             let timeout = shim

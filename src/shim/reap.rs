@@ -52,6 +52,8 @@ impl Shim {
 
     /// Reaps every exited child; records exits of container inits.
     pub(super) fn reap(&mut self) {
+        // Exits of shim runtimes' containers come as events.
+        self.v2_pump();
         loop {
             let mut status: libc::c_int = 0;
             // SAFETY: waitpid with a valid out-pointer; WNOHANG never blocks.
@@ -73,10 +75,13 @@ impl Shim {
             if self.streams.exited(pid, code) {
                 continue;
             }
+            if self.v2_shim_exited(pid) {
+                continue;
+            }
             let Some(id) = self
                 .containers
                 .iter()
-                .find(|(_, e)| e.pid == pid)
+                .find(|(id, e)| e.pid == pid && !self.v2.has(id))
                 .map(|(id, _)| id.clone())
             else {
                 continue;
@@ -87,29 +92,42 @@ impl Shim {
             // read right after) finds all of it, as containerd waits for
             // its IO copy before it reports a task's exit.
             self.drain_logs(Some(&id));
-            let dir = self.dir.clone();
-            if let Some(e) = self.containers.get_mut(&id) {
-                let rec = ExitRecord {
-                    version: 1,
-                    pid,
-                    exit_code: code,
-                    exited_at: now_ns(),
-                    oom_kills: self.oom.exited(&id, code),
-                };
-                if let Err(err) = crate::store::atomic::write_state_json(
-                    &dir.join("exits").join(format!("{id}.json")),
-                    &rec,
-                ) {
-                    eprintln!("husk shim: record exit of {id}: {err}");
-                }
-                e.status = Status::Stopped;
-                e.exit = Some(rec);
-                // Output that never went through the shim has no EOF to
-                // end its attachers: the exit ends them.
-                if !self.pipes.iter().any(|(_, p, _)| *p == id) {
-                    self.streams.output_closed(&id, Stream::Stdout);
-                    self.streams.output_closed(&id, Stream::Stderr);
-                }
+            let oom_kills = self.oom.exited(&id, code);
+            self.record_exit(&id, pid, code, now_ns(), oom_kills);
+        }
+    }
+
+    /// Records that container `id` exited (on disk, then in memory).
+    pub(super) fn record_exit(
+        &mut self,
+        id: &str,
+        pid: i32,
+        code: i32,
+        exited_at: i64,
+        oom_kills: u64,
+    ) {
+        let dir = self.dir.clone();
+        if let Some(e) = self.containers.get_mut(id) {
+            let rec = ExitRecord {
+                version: 1,
+                pid,
+                exit_code: code,
+                exited_at,
+                oom_kills,
+            };
+            if let Err(err) = crate::store::atomic::write_state_json(
+                &dir.join("exits").join(format!("{id}.json")),
+                &rec,
+            ) {
+                eprintln!("husk shim: record exit of {id}: {err}");
+            }
+            e.status = Status::Stopped;
+            e.exit = Some(rec);
+            // Output that never went through the shim has no EOF to
+            // end its attachers: the exit ends them.
+            if !self.pipes.iter().any(|(_, p, _)| p == id) {
+                self.streams.output_closed(id, Stream::Stdout);
+                self.streams.output_closed(id, Stream::Stderr);
             }
         }
     }

@@ -1,6 +1,7 @@
 //! What runs a container in the shim: husk's own path (youki's
 //! libcontainer, in a forked child: `fork.rs`) or an OCI runtime's command
-//! line (`oci.rs`), chosen per container at its create. Everything else the
+//! line (`oci.rs`), chosen per container at its create; or a containerd
+//! shim v2 runtime (`v2/`), which runs the processes itself. Everything else the
 //! shim does (stdio, logs, reaping, exits, OOM counts, attach) is the same
 //! for both.
 
@@ -62,7 +63,10 @@ impl Shim {
     }
 
     /// Lets the created container's payload run.
-    pub(super) fn runtime_start(&self, id: &str) -> Result<(), Failure> {
+    pub(super) fn runtime_start(&mut self, id: &str) -> Result<(), Failure> {
+        if self.v2.has(id) {
+            return self.v2_start(id);
+        }
         if let Some(o) = self.oci_of(id) {
             return o.start(id).map_err(oci_failure);
         }
@@ -79,7 +83,10 @@ impl Shim {
 
     /// Signals every process of the container (`all`), or its init
     /// through the runtime.
-    pub(super) fn runtime_kill(&self, id: &str, signal: i32, all: bool) -> Result<(), Failure> {
+    pub(super) fn runtime_kill(&mut self, id: &str, signal: i32, all: bool) -> Result<(), Failure> {
+        if self.v2.has(id) {
+            return self.v2_kill(id, signal, all);
+        }
         if let Some(o) = self.oci_of(id) {
             return o.kill(id, signal, all).map_err(oci_failure);
         }
@@ -105,6 +112,9 @@ impl Shim {
     /// Deletes the runtime's state and cgroup of `id` (nothing to do when
     /// it has none), and the record of its runtime.
     pub(super) fn runtime_delete(&mut self, id: &str) -> Result<(), Failure> {
+        if self.v2.has(id) {
+            return self.v2_delete(id);
+        }
         if let Some(o) = self.oci_of(id) {
             let stopped = self
                 .containers
@@ -129,6 +139,9 @@ impl Shim {
     /// What runs `id`, for its spans: an OCI runtime's path, or
     /// libcontainer.
     pub(super) fn runtime_label(&self, id: &str) -> String {
+        if self.v2.has(id) {
+            return "shim v2".into();
+        }
         self.oci_of(id)
             .map_or_else(|| "libcontainer".into(), |o| o.path.display().to_string())
     }

@@ -135,6 +135,19 @@ impl Streams {
         Ok(master)
     }
 
+    /// Keeps the stdin writer of a container whose stdio is FIFOs (a shim
+    /// v2 runtime's).
+    pub fn keep(&mut self, id: &str, stdin: Option<OwnedFd>, stdin_once: bool) {
+        self.stdio.insert(
+            id.to_string(),
+            Stdio {
+                stdin,
+                stdin_once,
+                master: None,
+            },
+        );
+    }
+
     /// Drops what a deleted container kept, and its attachers.
     pub fn forget(&mut self, id: &str) {
         self.stdio.remove(id);

@@ -24,6 +24,18 @@ pub struct Request {
     pub payload: Vec<u8>,
     #[prost(int64, tag = "4")]
     pub timeout_nano: i64,
+    /// gRPC-style metadata (containerd's namespace rides here).
+    #[prost(message, repeated, tag = "5")]
+    pub metadata: Vec<KeyValue>,
+}
+
+/// One metadata entry.
+#[derive(Clone, PartialEq, Message)]
+pub struct KeyValue {
+    #[prost(string, tag = "1")]
+    pub key: String,
+    #[prost(string, tag = "2")]
+    pub value: String,
 }
 
 /// ttrpc's response envelope.

@@ -1,0 +1,82 @@
+//! Containers of a containerd shim v2 runtime (`type = "shim"` handlers:
+//! containerd-shim-runc-v2, Kata, gVisor's runsc shim, runwasi), driven
+//! from the pod's monitor as containerd drives them. The monitor stays
+//! what it is for every pod (the CRI log, attach, exits on disk); the
+//! runtime's shim runs the processes:
+//! - `start.rs`: its binary's `start` (and `delete` after it died);
+//! - `client.rs`: its Task API over ttrpc;
+//! - `events.rs`: the events endpoint it publishes to (`TTRPC_ADDRESS`:
+//!   `<dir>/ev.sock`), where exits and OOM kills arrive;
+//! - `options.rs`: the handler's options as the shim's typed Any;
+//! - `task.rs`: create, start, kill, delete, exec through it.
+//!
+//! Stdio goes through FIFOs under `<dir>/v2io/<id>/`, whose read ends the
+//! monitor holds as it holds a container's pipes. A pod's tasks share one
+//! shim when it groups them (the runc shim by the sandbox id); the shim's
+//! own log (the `log` FIFO in the bundle it was started from) goes to the
+//! monitor's `shim.log`.
+
+pub mod client;
+pub mod events;
+pub mod options;
+pub mod start;
+mod task;
+
+use crate::api::shim::ShimV2;
+use std::collections::{BTreeSet, HashMap};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// One container run by a shim.
+pub(super) struct Task {
+    /// The shim's address ("" once the shim is gone).
+    address: String,
+    bundle: PathBuf,
+    /// Its FIFOs' dir.
+    io: PathBuf,
+    binary: PathBuf,
+    runtime: ShimV2,
+    timeout: Duration,
+    oom_kills: u64,
+}
+
+/// One running shim.
+struct Conn {
+    client: client::Client,
+    version: i32,
+    /// Its server's pid (from Connect), a child of this monitor once the
+    /// `start` that spawned it exited; 0 when not told.
+    pid: i32,
+    tasks: BTreeSet<String>,
+    /// Its `log` FIFO, held open both ways.
+    log: Option<OwnedFd>,
+}
+
+/// The monitor's shim v2 state.
+#[derive(Default)]
+pub struct State {
+    events: Option<events::Events>,
+    conns: HashMap<String, Conn>,
+    tasks: HashMap<String, Task>,
+    /// Execs in flight: exec id → (container, FIFO dir).
+    execs: HashMap<String, (String, PathBuf)>,
+}
+
+impl State {
+    /// Whether a shim runs container `id`.
+    pub fn has(&self, id: &str) -> bool {
+        self.tasks.contains_key(id)
+    }
+
+    /// What the loop polls: the events endpoint, and the shims' logs.
+    pub fn poll_fds(&self) -> Vec<BorrowedFd<'_>> {
+        let mut v = self.events.as_ref().map(|e| e.fds()).unwrap_or_default();
+        v.extend(
+            self.conns
+                .values()
+                .filter_map(|c| c.log.as_ref().map(|l| l.as_fd())),
+        );
+        v
+    }
+}

@@ -1,0 +1,629 @@
+//! A container's life through its shim v2 runtime, in the monitor: create
+//! (starting the shim, or joining the pod's), start, kill, delete, exec,
+//! and what the shim tells (exits, OOM kills) or what its death means.
+
+use super::client::{CallError, Client};
+use super::events::Event;
+use super::start::Launch;
+use super::{Conn, Task};
+use crate::api::containerd::{
+    ConnectRequest, ConnectResponse, CreateTaskRequest, CreateTaskResponse, DeleteRequest,
+    DeleteResponse, ExecProcessRequest, KillRequest, ShutdownRequest, StartRequest, StartResponse,
+};
+use crate::api::shim::{CreateRequest, ExecRequest, ShimResponse};
+use crate::logs::{CriLogWriter, Stream, DEFAULT_MAX_LINE};
+use crate::shim::exec::PendingExec;
+use crate::shim::monitor::{reply_err, Entry, Shim, Status};
+use crate::shim::runtime_call::Failure;
+use std::io::Read;
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+const INTERNAL: i32 = 13;
+
+fn internal(what: &str) -> impl Fn(std::io::Error) -> Failure + '_ {
+    move |e| (INTERNAL, format!("{what}: {e}"))
+}
+
+/// A failed call as the shim API's code: what the runtime refused
+/// (containerd's Unknown, Internal) is FailedPrecondition, as a failed OCI
+/// runtime is.
+fn call_failure(what: &str, e: CallError) -> Failure {
+    let code = match e.code() {
+        2 | 13 => 9,
+        c => c,
+    };
+    (code, format!("{what}: {e}"))
+}
+
+/// A FIFO at `path`, made anew.
+fn fifo(path: &Path) -> Result<(), Failure> {
+    let _ = std::fs::remove_file(path);
+    rustix::fs::mkfifoat(
+        rustix::fs::CWD,
+        path,
+        rustix::fs::Mode::from_raw_mode(0o600),
+    )
+    .map_err(|e| (INTERNAL, format!("mkfifo {}: {e}", path.display())))
+}
+
+/// `path` opened with `flags` (close-on-exec).
+fn open(path: &Path, flags: rustix::fs::OFlags) -> Result<OwnedFd, Failure> {
+    rustix::fs::open(
+        path,
+        flags | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .map_err(|e| (INTERNAL, format!("open {}: {e}", path.display())))
+}
+
+fn reader(path: &Path) -> Result<OwnedFd, Failure> {
+    use rustix::fs::OFlags;
+    fifo(path)?;
+    open(path, OFlags::RDONLY | OFlags::NONBLOCK)
+}
+
+fn any(type_url: &str, value: Vec<u8>) -> prost_types::Any {
+    prost_types::Any {
+        type_url: type_url.into(),
+        value,
+    }
+}
+
+impl Shim {
+    /// CreateRequest for a container of a shim runtime.
+    pub(in crate::shim) fn v2_create(&mut self, req: &CreateRequest) -> ShimResponse {
+        let t0 = Instant::now();
+        match self.v2_make(req) {
+            Ok(pid) => {
+                self.containers.insert(
+                    req.id.clone(),
+                    Entry {
+                        pid,
+                        status: Status::Created,
+                        exit: None,
+                    },
+                );
+                ShimResponse {
+                    runtime_us: t0.elapsed().as_micros() as u64,
+                    ..self.ok(&req.id)
+                }
+            }
+            Err((code, e)) => {
+                self.v2_unmake(&req.id);
+                reply_err(code, e)
+            }
+        }
+    }
+
+    fn v2_make(&mut self, req: &CreateRequest) -> Result<i32, Failure> {
+        let id = req.id.as_str();
+        let rt = req.oci.clone().unwrap_or_default();
+        let sv = rt.shim.clone().unwrap_or_default();
+        let timeout = Duration::from_millis(if rt.timeout_ms == 0 {
+            10_000
+        } else {
+            rt.timeout_ms as u64
+        });
+        if self.v2.events.is_none() {
+            let ev = super::events::Events::bind(&self.dir.join("ev.sock"))
+                .map_err(internal("bind the events endpoint"))?;
+            self.v2.events = Some(ev);
+        }
+        let io = self.dir.join("v2io").join(id);
+        self.v2.tasks.insert(
+            id.to_string(),
+            Task {
+                address: String::new(),
+                bundle: PathBuf::from(&req.bundle),
+                io: io.clone(),
+                binary: PathBuf::from(&rt.path),
+                runtime: sv.clone(),
+                timeout,
+                oom_kills: 0,
+            },
+        );
+        // A container nobody reads or writes (the pause) gets no FIFOs,
+        // as containerd gives it none.
+        let piped = !req.log_path.is_empty() || req.stdin || req.tty;
+        let mut outs: Vec<(OwnedFd, Stream)> = Vec::new();
+        let mut stdin = None;
+        let (mut in_path, mut out_path, mut err_path) =
+            (String::new(), String::new(), String::new());
+        if piped {
+            std::fs::create_dir_all(&io).map_err(internal("create the FIFO dir"))?;
+            outs.push((reader(&io.join("stdout"))?, Stream::Stdout));
+            out_path = io.join("stdout").display().to_string();
+            // A terminal's output is all on stdout.
+            if !req.tty {
+                outs.push((reader(&io.join("stderr"))?, Stream::Stderr));
+                err_path = io.join("stderr").display().to_string();
+            }
+            if req.stdin {
+                let p = io.join("stdin");
+                fifo(&p)?;
+                // Held both ways: opening never waits, and the shim's end
+                // sees EOF only when the monitor closes it.
+                stdin = Some(open(&p, rustix::fs::OFlags::RDWR)?);
+                in_path = p.display().to_string();
+            }
+        }
+        if !req.log_path.is_empty() {
+            let max = if req.max_log_line == 0 {
+                DEFAULT_MAX_LINE
+            } else {
+                req.max_log_line as usize
+            };
+            let w = CriLogWriter::open(Path::new(&req.log_path), max)
+                .map_err(|e| (INTERNAL, format!("open log {}: {e}", req.log_path)))?;
+            self.logs.insert(id.to_string(), w);
+        }
+        let options = any(&sv.options_type_url, sv.options.clone());
+        let address =
+            self.v2_shim_for(id, Path::new(&req.bundle), &rt.path, &sv, &options, timeout)?;
+        if let Some(t) = self.v2.tasks.get_mut(id) {
+            t.address = address.clone();
+        }
+        let create = CreateTaskRequest {
+            id: id.to_string(),
+            bundle: req.bundle.clone(),
+            rootfs: Vec::new(),
+            terminal: req.tty,
+            stdin: in_path,
+            stdout: out_path,
+            stderr: err_path,
+            options: Some(options),
+            ..Default::default()
+        };
+        let conn = self
+            .v2
+            .conns
+            .get_mut(&address)
+            .ok_or((INTERNAL, "the shim's connection is gone".to_string()))?;
+        let mut made: Result<CreateTaskResponse, CallError> =
+            conn.client.call("Create", &create, timeout);
+        // A shim of the older API answers v3's Create Unimplemented.
+        if matches!(&made, Err(CallError::Status { code: 12, .. })) && conn.version >= 3 {
+            conn.client.service = "containerd.task.v2.Task".into();
+            conn.version = 2;
+            made = conn.client.call("Create", &create, timeout);
+        }
+        let made = made.map_err(|e| call_failure(&format!("create container {id}"), e))?;
+        conn.tasks.insert(id.to_string());
+        for (fd, stream) in outs {
+            self.pipes.push((fd, id.to_string(), stream));
+        }
+        self.streams.keep(id, stdin, req.stdin_once);
+        Ok(made.pid as i32)
+    }
+
+    /// The address of the shim that runs `id`: the pod's when a 2.3 shim
+    /// already runs its sandbox (containerd skips `start` then too), else
+    /// what `start` answers (a grouping shim answers its running one).
+    fn v2_shim_for(
+        &mut self,
+        id: &str,
+        bundle: &Path,
+        binary: &str,
+        sv: &crate::api::shim::ShimV2,
+        options: &prost_types::Any,
+        timeout: Duration,
+    ) -> Result<String, Failure> {
+        if sv.sandbox_id != id {
+            let pod = self.v2.tasks.get(&sv.sandbox_id).map(|t| t.address.clone());
+            if let Some(a) = pod.filter(|a| self.v2.conns.get(a).is_some_and(|c| c.version >= 3)) {
+                return Ok(a);
+            }
+        }
+        let log_path = bundle.join("log");
+        fifo(&log_path)?;
+        let log = open(
+            &log_path,
+            rustix::fs::OFlags::RDWR | rustix::fs::OFlags::NONBLOCK,
+        )?;
+        let launch = Launch {
+            binary: Path::new(binary),
+            id,
+            bundle,
+            grpc_address: &sv.grpc_address,
+            ttrpc_address: &self.dir.join("ev.sock"),
+            socket_dir: &sv.socket_dir,
+            options: Some(options.clone()),
+            timeout,
+        };
+        let started = launch.start();
+        // `start` is this monitor's child; it has exited.
+        self.reap();
+        let started = started?;
+        if self.v2.conns.contains_key(&started.address) {
+            return Ok(started.address);
+        }
+        let mut client = Client::connect(&started.address, started.version).map_err(|e| {
+            (
+                9,
+                format!("shim {binary}: dial its address {}: {e}", started.address),
+            )
+        })?;
+        let pid = client
+            .call::<_, ConnectResponse>("Connect", &ConnectRequest { id: id.to_string() }, timeout)
+            .map(|r| r.shim_pid as i32)
+            .unwrap_or(0);
+        self.v2.conns.insert(
+            started.address.clone(),
+            Conn {
+                client,
+                version: started.version,
+                pid,
+                tasks: Default::default(),
+                log: Some(log),
+            },
+        );
+        Ok(started.address)
+    }
+
+    /// Undoes what a failed create made.
+    fn v2_unmake(&mut self, id: &str) {
+        let _ = self.v2_delete(id);
+        self.logs.remove(id);
+        self.pipes.retain(|(_, c, _)| c != id);
+        self.streams.forget(id);
+    }
+
+    /// Calls `method` on the shim of `id`.
+    fn v2_call<Q: prost::Message, R: prost::Message + Default>(
+        &mut self,
+        id: &str,
+        method: &str,
+        req: &Q,
+    ) -> Result<R, CallError> {
+        let (address, timeout) = match self.v2.tasks.get(id) {
+            Some(t) => (t.address.clone(), t.timeout),
+            None => return Err(CallError::Closed(format!("container {id} has no shim"))),
+        };
+        match self.v2.conns.get_mut(&address) {
+            Some(c) => c.client.call(method, req, timeout),
+            None => Err(CallError::Closed(format!("the shim of {id} is gone"))),
+        }
+    }
+
+    pub(in crate::shim) fn v2_start(&mut self, id: &str) -> Result<(), Failure> {
+        let r: StartResponse = self
+            .v2_call(
+                id,
+                "Start",
+                &StartRequest {
+                    id: id.to_string(),
+                    exec_id: String::new(),
+                },
+            )
+            .map_err(|e| call_failure(&format!("start container {id}"), e))?;
+        if let Some(e) = self.containers.get_mut(id) {
+            e.pid = r.pid as i32;
+        }
+        Ok(())
+    }
+
+    pub(in crate::shim) fn v2_kill(
+        &mut self,
+        id: &str,
+        signal: i32,
+        all: bool,
+    ) -> Result<(), Failure> {
+        let r: Result<(), CallError> = self.v2_call(
+            id,
+            "Kill",
+            &KillRequest {
+                id: id.to_string(),
+                exec_id: String::new(),
+                signal: signal as u32,
+                all,
+            },
+        );
+        match r {
+            Ok(()) => Ok(()),
+            // What has exited cannot be signalled.
+            Err(e) if e.is_not_found() => Ok(()),
+            Err(e) => Err(call_failure(&format!("kill container {id}"), e)),
+        }
+    }
+
+    /// Deletes `id` in its shim, and ends the shim with its last task.
+    pub(in crate::shim) fn v2_delete(&mut self, id: &str) -> Result<(), Failure> {
+        let Some(address) = self.v2.tasks.get(id).map(|t| t.address.clone()) else {
+            return Ok(());
+        };
+        let timeout = self.v2.tasks.get(id).map(|t| t.timeout).unwrap_or_default();
+        let Some(mut c) = self.v2.conns.remove(&address) else {
+            // Its shim is gone (or never answered its create).
+            if let Some(t) = self.v2.tasks.remove(id) {
+                let _ = std::fs::remove_dir_all(&t.io);
+            }
+            return Ok(());
+        };
+        if c.tasks.contains(id) {
+            let r: Result<DeleteResponse, CallError> = c.client.call(
+                "Delete",
+                &DeleteRequest {
+                    id: id.to_string(),
+                    exec_id: String::new(),
+                },
+                timeout,
+            );
+            match r {
+                Err(e) if !e.is_not_found() => {
+                    self.v2.conns.insert(address, c);
+                    return Err(call_failure(&format!("delete container {id}"), e));
+                }
+                _ => {
+                    c.tasks.remove(id);
+                }
+            }
+        }
+        let conn = Some(c);
+        if let Some(mut c) = conn {
+            if c.tasks.is_empty() {
+                let _: Result<(), CallError> = c.client.call(
+                    "Shutdown",
+                    &ShutdownRequest {
+                        id: id.to_string(),
+                        now: false,
+                    },
+                    Duration::from_secs(3),
+                );
+                self.v2_drain_log(&mut c);
+            } else {
+                self.v2.conns.insert(address, c);
+            }
+        }
+        if let Some(t) = self.v2.tasks.remove(id) {
+            let _ = std::fs::remove_dir_all(&t.io);
+        }
+        Ok(())
+    }
+
+    /// ExecSync in a container of a shim: its Exec, then Start; the answer
+    /// comes with the exit the shim tells.
+    pub(in crate::shim) fn v2_exec(
+        &mut self,
+        req: &ExecRequest,
+        conn: UnixStream,
+    ) -> Result<PendingExec, (Failure, UnixStream)> {
+        let exec_id = format!("exec-{:016x}", rand::random::<u64>());
+        let io = self.dir.join("v2io").join(format!("{}.{exec_id}", req.id));
+        let r = (|| -> Result<[OwnedFd; 2], Failure> {
+            if req.args.is_empty() {
+                return Err((3, "exec needs a command".into()));
+            }
+            let bundle = self
+                .v2
+                .tasks
+                .get(&req.id)
+                .map(|t| t.bundle.clone())
+                .unwrap_or_default();
+            let (_, process) = crate::shim::exec_parts::exec_process(&bundle, &req.args, false)
+                .map_err(|e| (INTERNAL, e))?;
+            std::fs::create_dir_all(&io).map_err(internal("create the FIFO dir"))?;
+            let out = reader(&io.join("stdout"))?;
+            let err = reader(&io.join("stderr"))?;
+            let spec = serde_json::to_vec(&process).map_err(|e| (INTERNAL, e.to_string()))?;
+            let what = format!("exec in {}", req.id);
+            self.v2_call::<_, ()>(
+                &req.id,
+                "Exec",
+                &ExecProcessRequest {
+                    id: req.id.clone(),
+                    exec_id: exec_id.clone(),
+                    terminal: false,
+                    stdin: String::new(),
+                    stdout: io.join("stdout").display().to_string(),
+                    stderr: io.join("stderr").display().to_string(),
+                    spec: Some(any(
+                        "types.containerd.io/opencontainers/runtime-spec/1/Process",
+                        spec,
+                    )),
+                },
+            )
+            .map_err(|e| call_failure(&what, e))?;
+            self.v2
+                .execs
+                .insert(exec_id.clone(), (req.id.clone(), io.clone()));
+            self.v2_call::<_, StartResponse>(
+                &req.id,
+                "Start",
+                &StartRequest {
+                    id: req.id.clone(),
+                    exec_id: exec_id.clone(),
+                },
+            )
+            .map_err(|e| call_failure(&what, e))?;
+            Ok([out, err])
+        })();
+        match r {
+            Ok(pipes) => Ok(PendingExec::new_v2(conn, req, exec_id, pipes)),
+            Err(f) => {
+                self.v2_forget_exec(&exec_id);
+                let _ = std::fs::remove_dir_all(&io);
+                Err((f, conn))
+            }
+        }
+    }
+
+    /// Kills an exec whose time ran out; its exit comes as for any.
+    pub(in crate::shim) fn v2_kill_exec(&mut self, exec_id: &str) {
+        let Some((id, _)) = self.v2.execs.get(exec_id).cloned() else {
+            return;
+        };
+        let _: Result<(), CallError> = self.v2_call(
+            &id,
+            "Kill",
+            &KillRequest {
+                id: id.clone(),
+                exec_id: exec_id.to_string(),
+                signal: libc::SIGKILL as u32,
+                all: false,
+            },
+        );
+    }
+
+    /// Deletes an exec in its shim, and its FIFOs.
+    fn v2_forget_exec(&mut self, exec_id: &str) {
+        let Some((id, io)) = self.v2.execs.remove(exec_id) else {
+            return;
+        };
+        let _: Result<DeleteResponse, CallError> = self.v2_call(
+            &id,
+            "Delete",
+            &DeleteRequest {
+                id: id.clone(),
+                exec_id: exec_id.to_string(),
+            },
+        );
+        let _ = std::fs::remove_dir_all(io);
+    }
+
+    /// Copies what a shim logged into the monitor's log.
+    fn v2_drain_log(&self, c: &mut Conn) {
+        let Some(fd) = &c.log else { return };
+        let mut f = std::fs::File::from(match fd.try_clone() {
+            Ok(f) => f,
+            Err(_) => return,
+        });
+        let mut buf = [0u8; 16 * 1024];
+        while let Ok(n) = f.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            eprint!("{}", String::from_utf8_lossy(&buf[..n]));
+        }
+    }
+
+    /// Takes what the shims told and logged.
+    pub(in crate::shim) fn v2_pump(&mut self) {
+        let mut conns = std::mem::take(&mut self.v2.conns);
+        for c in conns.values_mut() {
+            self.v2_drain_log(c);
+        }
+        self.v2.conns = conns;
+        let events = match self.v2.events.as_mut() {
+            Some(e) => e.pump(),
+            None => return,
+        };
+        for ev in events {
+            match ev {
+                Event::Exit {
+                    container_id,
+                    exec_id,
+                    status,
+                    exited_at,
+                } if exec_id.is_empty() => self.v2_init_exited(&container_id, status, exited_at),
+                Event::Exit {
+                    exec_id, status, ..
+                } => {
+                    if let Some(x) = self
+                        .execs
+                        .iter_mut()
+                        .find(|x| x.exec_id.as_deref() == Some(&exec_id))
+                    {
+                        x.exited(status);
+                    }
+                    self.v2_forget_exec(&exec_id);
+                }
+                Event::Oom { container_id } => {
+                    if let Some(t) = self.v2.tasks.get_mut(&container_id) {
+                        t.oom_kills += 1;
+                    }
+                }
+            }
+        }
+    }
+
+    /// A container's init exited: its output, all of it, into the log
+    /// first (the shim copies it to the FIFOs until EOF), then the exit.
+    fn v2_init_exited(&mut self, id: &str, status: i32, exited_at: i64) {
+        if !self.v2.has(id)
+            || self
+                .containers
+                .get(id)
+                .is_none_or(|e| e.status == Status::Stopped)
+        {
+            return;
+        }
+        let deadline = Instant::now() + Duration::from_secs(1);
+        loop {
+            self.drain_logs(Some(id));
+            let open: Vec<_> = self
+                .pipes
+                .iter()
+                .filter(|(_, c, _)| c == id)
+                .map(|(fd, _, _)| rustix::event::PollFd::new(fd, rustix::event::PollFlags::IN))
+                .collect();
+            let left = deadline.saturating_duration_since(Instant::now());
+            if open.is_empty() || left.is_zero() {
+                break;
+            }
+            let mut open = open;
+            let ts = rustix::event::Timespec {
+                tv_sec: 0,
+                tv_nsec: left.as_nanos().min(100_000_000) as i64,
+            };
+            let _ = rustix::event::poll(&mut open, Some(&ts));
+        }
+        let oom = self.v2.tasks.get(id).map(|t| t.oom_kills).unwrap_or(0);
+        let pid = self.containers.get(id).map(|e| e.pid).unwrap_or(0);
+        self.record_exit(id, pid, status, exited_at, oom);
+    }
+
+    /// Whether `pid` was a shim's server; if so its tasks are cleaned with
+    /// its binary's `delete` and those still running recorded as exited.
+    pub(in crate::shim) fn v2_shim_exited(&mut self, pid: i32) -> bool {
+        let Some(address) = self
+            .v2
+            .conns
+            .iter()
+            .find(|(_, c)| c.pid == pid && pid > 0)
+            .map(|(a, _)| a.clone())
+        else {
+            return false;
+        };
+        let Some(mut c) = self.v2.conns.remove(&address) else {
+            return false;
+        };
+        self.v2_drain_log(&mut c);
+        eprintln!("husk shim: the shim runtime at {address} (pid {pid}) died");
+        for id in c.tasks {
+            let Some(t) = self.v2.tasks.get_mut(&id) else {
+                continue;
+            };
+            t.address.clear();
+            let launch = Launch {
+                binary: &t.binary,
+                id: &id,
+                bundle: &t.bundle,
+                grpc_address: &t.runtime.grpc_address,
+                ttrpc_address: &self.dir.join("ev.sock"),
+                socket_dir: &t.runtime.socket_dir,
+                options: None,
+                timeout: t.timeout,
+            };
+            let status = match launch.delete(&self.dir.join("v2io").join(".delete")) {
+                Ok(r) => r.exit_status as i32,
+                Err((_, e)) => {
+                    eprintln!("husk shim: delete {id} after its shim died: {e}");
+                    255
+                }
+            };
+            if self
+                .containers
+                .get(&id)
+                .is_some_and(|e| e.status != Status::Stopped)
+            {
+                self.drain_logs(Some(&id));
+                let oom = self.v2.tasks.get(&id).map(|t| t.oom_kills).unwrap_or(0);
+                self.record_exit(&id, 0, status, crate::sys::now_ns(), oom);
+            }
+        }
+        true
+    }
+}

@@ -1,0 +1,255 @@
+//! Shim v2 runtimes (`type = "shim"` handlers) through a real husk serve,
+//! with containerd 2.3.4's own runc shim from `../shared/shims` (running
+//! runc 1.4.3 beside it): a pod's sandbox and containers as tasks of one
+//! shim, their output in the CRI log through the shim's FIFOs, execs,
+//! exit codes from the shim's events, a server restart, a shim killed
+//! with -9 (its tasks cleaned by its `delete`, its containers exited), and
+//! nothing left; and the refusals: a binary not there, options the shim
+//! rejects.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::ctr::*;
+use common::pod::{self, leftovers, run_under};
+use husk::api::cri::*;
+use tonic::Code;
+
+fn handler_config() -> String {
+    format!(
+        r#"
+[runtimes.runc-v2]
+type = "shim"
+runtime_type = "io.containerd.runc.v2"
+path = "{shim}"
+
+[runtimes.runc-v2.options]
+BinaryName = "{runc}"
+"#,
+        shim = common::shared("shims/containerd-shim-runc-v2").display(),
+        runc = common::shared("shims/runc-1.4.3").display(),
+    )
+}
+
+/// The shim processes running for this server (their `-address` is its).
+fn shim_servers(p: &pod::Pod) -> Vec<i32> {
+    let addr =
+        p.h.dir
+            .path()
+            .join("run")
+            .join("shim-v2.sock")
+            .display()
+            .to_string();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+            let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            (cmd.contains("containerd-shim-runc-v2") && cmd.contains(&addr)).then_some(pid)
+        })
+        .collect()
+}
+
+async fn log_has(p: &pod::Pod, name: &str, want: &str) -> String {
+    let log =
+        p.h.dir
+            .path()
+            .join("logs")
+            .join("v2")
+            .join(name)
+            .join("0.log");
+    wait_for!(30, format!("{want:?} in {}", log.display()), {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        text.contains(want).then_some(text)
+    })
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_shim_v2_handler_runs_a_pod_through_containerds_runc_shim() {
+    if !common::require_root() {
+        return;
+    }
+    let mut p = pod::setup_config(vec![], "/usr/lib/cni", vec![], &handler_config()).await;
+    let app = app_image(&p).await;
+    let st = p.h.runtime_status().await;
+    assert!(
+        st.runtime_handlers.iter().any(|h| h.name == "runc-v2"),
+        "{:?}",
+        st.runtime_handlers
+    );
+
+    let pc = pod_config(&p, "v2");
+    let pod_id = run_under(&p.h, pc.clone(), "runc-v2").await.unwrap();
+    assert_eq!(
+        shim_servers(&p).len(),
+        1,
+        "the pod's sandbox is the shim's task"
+    );
+
+    let script = "echo started; echo to-stderr >&2; trap 'echo bye; exit 7' TERM; while true; do sleep 0.1; done";
+    let web = create_start(&p.h, &pod_id, &pc, shell(&app, "web", script, &[])).await;
+    assert_eq!(
+        shim_servers(&p).len(),
+        1,
+        "the pod's containers join its shim"
+    );
+    let text = log_has(&p, "web", "started").await;
+    log_has(&p, "web", "to-stderr").await;
+    assert!(text.contains(" stdout F started"), "{text}");
+    let st = container_status(&p.h, &web).await;
+    assert_eq!(st.state, ContainerState::ContainerRunning as i32);
+
+    let r = exec_sync(
+        &p.h,
+        &web,
+        &["/bin/sh", "-c", "echo hi; echo err >&2; exit 3"],
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        (r.stdout.as_slice(), r.stderr.as_slice(), r.exit_code),
+        (&b"hi\n"[..], &b"err\n"[..], 3)
+    );
+    // Its container's PID namespace and annotations, as containerd's CRI
+    // gives them (the runc shim grouped it by the sandbox id).
+    let r = exec_sync(&p.h, &web, &["/bin/sh", "-c", "cat /proc/1/cmdline"])
+        .await
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&r.stdout).contains("/bin/sh"),
+        "{r:?}"
+    );
+    let spec: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(p.h.root().join("containers").join(&web).join("config.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        spec["annotations"]["io.kubernetes.cri.sandbox-id"],
+        pod_id.as_str()
+    );
+    assert_eq!(
+        spec["annotations"]["io.kubernetes.cri.container-type"],
+        "container"
+    );
+    assert_eq!(
+        spec["annotations"]["io.kubernetes.cri.container-name"],
+        "web"
+    );
+
+    // A server killed and restarted: the pod's monitor still holds its
+    // shim; execs go on.
+    p.h.kill9();
+    p.h.restart().await;
+    let r = exec_sync(&p.h, &web, &["/bin/echo", "again"])
+        .await
+        .unwrap();
+    assert_eq!(r.stdout, b"again\n");
+
+    // A stop: the signal reaches the payload, its exit code comes back
+    // from the shim's TaskExit.
+    let mut rt = p.h.runtime().await;
+    rt.stop_container(StopContainerRequest {
+        container_id: web.clone(),
+        timeout: 10,
+    })
+    .await
+    .unwrap();
+    let st = container_status(&p.h, &web).await;
+    assert_eq!(
+        (st.state, st.exit_code),
+        (ContainerState::ContainerExited as i32, 7)
+    );
+    log_has(&p, "web", "bye").await;
+    rt.remove_container(RemoveContainerRequest {
+        container_id: web.clone(),
+    })
+    .await
+    .unwrap();
+
+    // A command that exits on its own: its code, as the shim reports it.
+    let quick = create_start(
+        &p.h,
+        &pod_id,
+        &pc,
+        shell(&app, "quick", "echo done; exit 3", &[]),
+    )
+    .await;
+    let st = wait_for!(30, "quick to exit", {
+        let st = container_status(&p.h, &quick).await;
+        (st.state == ContainerState::ContainerExited as i32).then_some(st)
+    });
+    assert_eq!(st.exit_code, 3);
+    log_has(&p, "quick", "done").await;
+    rt.remove_container(RemoveContainerRequest {
+        container_id: quick,
+    })
+    .await
+    .unwrap();
+
+    // The shim killed with -9, a container running: the monitor cleans its
+    // tasks with the shim's `delete` and reports the container exited.
+    let idle = create_start(&p.h, &pod_id, &pc, shell(&app, "idle", "sleep 3600", &[])).await;
+    let shims = shim_servers(&p);
+    assert_eq!(shims.len(), 1);
+    // SAFETY: kill(2) of the shim this test's server started.
+    unsafe { libc::kill(shims[0], libc::SIGKILL) };
+    let st = wait_for!(30, "idle to be reported exited", {
+        let st = container_status(&p.h, &idle).await;
+        (st.state == ContainerState::ContainerExited as i32).then_some(st)
+    });
+    assert_eq!(st.exit_code, 137, "{st:?}");
+    rt.stop_pod_sandbox(StopPodSandboxRequest {
+        pod_sandbox_id: pod_id.clone(),
+    })
+    .await
+    .unwrap();
+    rt.remove_container(RemoveContainerRequest { container_id: idle })
+        .await
+        .unwrap();
+    rt.remove_pod_sandbox(RemovePodSandboxRequest {
+        pod_sandbox_id: pod_id,
+    })
+    .await
+    .unwrap();
+    assert_eq!(shim_servers(&p), Vec::<i32>::new());
+    assert_eq!(leftovers(&p), Vec::<String>::new());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_shim_not_there_or_refusing_its_options_is_refused_and_leaves_nothing() {
+    if !common::require_root() {
+        return;
+    }
+    let config = format!(
+        r#"{}
+[runtimes.missing]
+type = "shim"
+runtime_type = "io.containerd.nosuch.v2"
+
+[runtimes.badruntime]
+type = "shim"
+runtime_type = "io.containerd.runc.v2"
+path = "{shim}"
+[runtimes.badruntime.options]
+BinaryName = "/nonexistent/runc"
+"#,
+        handler_config(),
+        shim = common::shared("shims/containerd-shim-runc-v2").display(),
+    );
+    let p = pod::setup_config(vec![], "/usr/lib/cni", vec![], &config).await;
+    let pc = pod_config(&p, "bad");
+    let e = run_under(&p.h, pc.clone(), "missing").await.unwrap_err();
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+    assert!(
+        e.message().contains("containerd-shim-nosuch-v2"),
+        "{}",
+        e.message()
+    );
+    let e = run_under(&p.h, pc, "badruntime").await.unwrap_err();
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+    assert!(e.message().contains("/nonexistent/runc"), "{}", e.message());
+    assert_eq!(shim_servers(&p), Vec::<i32>::new());
+    assert_eq!(leftovers(&p), Vec::<String>::new());
+}
