@@ -73,12 +73,22 @@ async fn a_shim_v2_handler_runs_a_pod_through_containerds_runc_shim() {
     }
     let mut p = pod::setup_config(vec![], "/usr/lib/cni", vec![], &handler_config()).await;
     let app = app_image(&p).await;
+    // Status: the handler, with what its shim's `-info` says its runc can
+    // do (runc 1.4.3: rro mounts and idmapped mounts), as far as husk can.
     let st = p.h.runtime_status().await;
-    assert!(
-        st.runtime_handlers.iter().any(|h| h.name == "runc-v2"),
-        "{:?}",
+    let of = |n: &str| {
         st.runtime_handlers
+            .iter()
+            .find(|h| h.name == n)
+            .and_then(|h| h.features)
+            .unwrap_or_else(|| panic!("no handler {n}: {:?}", st.runtime_handlers))
+    };
+    let (husk_f, shim_f) = (of("husk"), of("runc-v2"));
+    assert_eq!(
+        shim_f.recursive_read_only_mounts,
+        husk_f.recursive_read_only_mounts
     );
+    assert_eq!(shim_f.user_namespaces, husk_f.user_namespaces);
 
     let pc = pod_config(&p, "v2");
     let pod_id = run_under(&p.h, pc.clone(), "runc-v2").await.unwrap();
@@ -250,6 +260,118 @@ BinaryName = "/nonexistent/runc"
     let e = run_under(&p.h, pc, "badruntime").await.unwrap_err();
     assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
     assert!(e.message().contains("/nonexistent/runc"), "{}", e.message());
+    assert_eq!(shim_servers(&p), Vec::<i32>::new());
+    assert_eq!(leftovers(&p), Vec::<String>::new());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn streams_updates_and_stats_go_through_the_shim() {
+    use common::stream::{attach_echo, exec_url, stdio, wait_until};
+    use husk::streaming::client::{self, Tls, Transport};
+    use tokio::io::AsyncWriteExt;
+    if !common::require_root() {
+        return;
+    }
+    let p = pod::setup_config(vec![], "/usr/lib/cni", vec![], &handler_config()).await;
+    let app = app_image(&p).await;
+    let pc = pod_config(&p, "v2s");
+    let pod_id = run_under(&p.h, pc.clone(), "runc-v2").await.unwrap();
+    let mut c = shell(&app, "cat", "exec cat", &[]);
+    c.stdin = true;
+    c.stdin_once = true;
+    let cat = create_start(&p.h, &pod_id, &pc, c).await;
+
+    // A streaming exec reading its stdin to EOF: the shim is told when the
+    // client's stdin ends (it holds the FIFO open until then).
+    let url = exec_url(&p.h, &cat, &["/bin/sh", "-c", "cat; echo end"], true, false).await;
+    let (stdin_r, mut stdin_w) = tokio::io::duplex(1024);
+    let (io, out, _) = stdio(Some(Box::new(stdin_r)), false);
+    let session = tokio::spawn(async move {
+        client::remotecommand(&url, Transport::Spdy, &Tls::default(), io).await
+    });
+    stdin_w.write_all(b"through the fifo\n").await.unwrap();
+    wait_until("the exec's echo", || {
+        out.text().contains("through the fifo")
+    })
+    .await;
+    drop(stdin_w);
+    let code = tokio::time::timeout(std::time::Duration::from_secs(30), session)
+        .await
+        .expect("the exec ends with its stdin")
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (code, out.text()),
+        (0, "through the fifo\nend\n".to_string())
+    );
+
+    // A terminal exec: the runtime's terminal, its output on stdout.
+    let url = exec_url(&p.h, &cat, &["/bin/sh", "-c", "tty; exit 4"], false, true).await;
+    let (io, out, _) = stdio(None, true);
+    let code = client::remotecommand(&url, Transport::WebSocket, &Tls::default(), io)
+        .await
+        .unwrap();
+    assert_eq!(code, 4);
+    assert!(out.text().contains("/dev/pts/"), "{:?}", out.text());
+
+    // Attach to a stdin_once container: its stdin ends with the attach's,
+    // and so does the container.
+    let mut rt = p.h.runtime().await;
+    let (code, text) = attach_echo(&mut rt, &cat, Transport::Spdy, "hello attach\n").await;
+    assert_eq!(code, 0);
+    assert!(text.contains("hello attach"), "{text:?}");
+    let st = wait_for!(30, "cat to exit at its stdin's end", {
+        let st = container_status(&p.h, &cat).await;
+        (st.state == ContainerState::ContainerExited as i32).then_some(st)
+    });
+    assert_eq!(st.exit_code, 0);
+
+    // An update goes through the shim's Update (runc update), stats come
+    // from its Stats.
+    let web = create_start(&p.h, &pod_id, &pc, shell(&app, "web", "sleep 3600", &[])).await;
+    rt.update_container_resources(UpdateContainerResourcesRequest {
+        container_id: web.clone(),
+        linux: Some(LinuxContainerResources {
+            memory_limit_in_bytes: 80 << 20,
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let v2 = std::path::Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
+    let file = if v2 {
+        "/sys/fs/cgroup/memory.max"
+    } else {
+        "/sys/fs/cgroup/memory/memory.limit_in_bytes"
+    };
+    let r = exec_sync(&p.h, &web, &["/bin/cat", file]).await.unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&r.stdout).trim(),
+        (80u64 << 20).to_string()
+    );
+    let stats = rt
+        .container_stats(ContainerStatsRequest {
+            container_id: web.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .stats
+        .unwrap();
+    assert!(stats.memory.unwrap().working_set_bytes.unwrap().value > 0);
+    assert!(stats.cpu.unwrap().usage_core_nano_seconds.unwrap().value > 0);
+
+    rt.stop_pod_sandbox(StopPodSandboxRequest {
+        pod_sandbox_id: pod_id.clone(),
+    })
+    .await
+    .unwrap();
+    rt.remove_pod_sandbox(RemovePodSandboxRequest {
+        pod_sandbox_id: pod_id,
+    })
+    .await
+    .unwrap();
     assert_eq!(shim_servers(&p), Vec::<i32>::new());
     assert_eq!(leftovers(&p), Vec::<String>::new());
 }

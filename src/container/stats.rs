@@ -1,6 +1,7 @@
 //! Resource usage of containers and pods, as the stats RPCs report it.
 //!
-//! - A container: its cgroup (`cgroups.rs`: CPU, memory, pids) and its
+//! - A container: its cgroup (`cgroups.rs`: CPU, memory, pids; a shim v2
+//!   runtime's container: what its shim's Stats reports) and its
 //!   writable layer (bytes and inodes under its overlay `upper/`, walked
 //!   at most once a period: `layer_usage.rs`).
 //! - A pod: the sum of its own cgroups (the pause's and each container's;
@@ -66,7 +67,11 @@ fn pod_key(id: &str) -> String {
 
 impl ContainerManager {
     fn usage_of(&self, layout: &Layout, r: ContainerRecord, sample: bool) -> ContainerUsage {
-        let cgroup = cgroups::usage(layout, &r.cgroups_path);
+        let cgroup = if self.under_shim(&r.sandbox_id) {
+            self.shim_usage(&r)
+        } else {
+            cgroups::usage(layout, &r.cgroups_path)
+        };
         let nano_cores = cgroup
             .as_ref()
             .filter(|_| sample)
@@ -88,6 +93,33 @@ impl ContainerManager {
             cgroup,
             nano_cores,
         }
+    }
+
+    /// A shim v2 runtime's container's usage, as its shim's Stats reports
+    /// it (None when the shim cannot tell: the container is not running).
+    fn shim_usage(&self, r: &ContainerRecord) -> Option<cgroups::Usage> {
+        let resp = super::manager::shim_call(
+            &self.sandboxes.shim_dir(&r.sandbox_id),
+            crate::api::shim::shim_request::Request::Stats(crate::api::shim::StatsRequest {
+                id: r.id.clone(),
+            }),
+        )
+        .ok()?;
+        crate::shim::v2::metrics::decode(&resp.stats_type, &resp.stats, crate::sys::now_ns())
+    }
+
+    /// Whether the pod `sandbox_id` runs under a shim v2 runtime.
+    pub(super) fn under_shim(&self, sandbox_id: &str) -> bool {
+        self.sandboxes
+            .get(sandbox_id)
+            .and_then(|p| {
+                self.sandboxes
+                    .handlers()
+                    .get(&p.runtime_handler)
+                    .ok()
+                    .map(|h| h.is_shim())
+            })
+            .unwrap_or(false)
     }
 
     /// ContainerStats: one container by id (or unique prefix).

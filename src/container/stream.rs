@@ -100,6 +100,7 @@ impl ContainerManager {
         o: StdioOpts,
     ) -> Result<ProcessIo, SandboxError> {
         let id = self.running(id)?;
+        let id_for_controls = id.clone();
         let req = StreamExecRequest {
             id: id.clone(),
             args: cmd.to_vec(),
@@ -115,6 +116,9 @@ impl ContainerManager {
                 .map_err(|e| SandboxError::Shim(e.to_string()))??;
         tracing::debug!(container_id = %which.pid, "stream exec started");
         let mut pio = Self::process_io(&which, fds);
+        if !which.exec_id.is_empty() {
+            self.shim_exec_controls(&mut pio, &which.exec_id, id_for_controls);
+        }
         conn.set_nonblocking(true)
             .map_err(|e| SandboxError::Shim(e.to_string()))?;
         let mut conn = tokio::net::UnixStream::from_std(conn)
@@ -131,6 +135,41 @@ impl ContainerManager {
                 .ok_or_else(|| io::Error::other("the shim sent no exit code"))
         }));
         Ok(pio)
+    }
+
+    /// A shim v2 runtime's exec: resizes and the end of stdin go to its
+    /// shim.
+    fn shim_exec_controls(&self, pio: &mut ProcessIo, exec_id: &str, id: String) {
+        let sandbox = self.get(&id).map(|r| r.sandbox_id).unwrap_or_default();
+        let dir = self.sandboxes.shim_dir(&sandbox);
+        let (d, i, e) = (dir.clone(), id.clone(), exec_id.to_string());
+        pio.resizer = Some(Arc::new(move |width: u16, height: u16| {
+            let (d, i, e) = (d.clone(), i.clone(), e.clone());
+            Box::pin(async move {
+                let _ = tokio::task::spawn_blocking(move || {
+                    super::manager::shim_call(
+                        &d,
+                        Request::Resize(crate::api::shim::ResizeRequest {
+                            id: i,
+                            exec_id: e,
+                            width: width as u32,
+                            height: height as u32,
+                        }),
+                    )
+                })
+                .await;
+            })
+        }));
+        let e = exec_id.to_string();
+        pio.stdin_closer = Some(Box::pin(async move {
+            let _ = tokio::task::spawn_blocking(move || {
+                super::manager::shim_call(
+                    &dir,
+                    Request::CloseStdin(crate::api::shim::CloseStdinRequest { id, exec_id: e }),
+                )
+            })
+            .await;
+        }));
     }
 
     /// Joins the running container's stdio.

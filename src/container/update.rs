@@ -3,7 +3,8 @@
 //!
 //! Order: validate (InvalidArgument before anything changes), apply to the
 //! cgroup (whole or not at all, see `resources.rs`; under the systemd
-//! driver, systemd's limits as properties of the scope), then record the merged
+//! driver, systemd's limits as properties of the scope; a shim v2
+//! runtime's container through its shim's Update), then record the merged
 //! resources in the saved CRI config (`config.pb`, which ContainerStatus
 //! reports) and in the OCI spec (`config.json`). The container's own lock
 //! is held throughout, so two updates never interleave.
@@ -49,7 +50,22 @@ impl ContainerManager {
         let mut new = new.clone();
         crate::cgroup::prune_unsupported(Layout::host(), &r.cgroups_path, &mut new);
         let new = &new;
-        if crate::cgroup::systemd::unit_of(&r.cgroups_path).is_some() {
+        let mut cfg = self.saved_config(id).unwrap_or_default();
+        let linux = cfg.linux.get_or_insert_with(Default::default);
+        let merged = resources::merge(&linux.resources.clone().unwrap_or_default(), new);
+        if self.under_shim(&r.sandbox_id) {
+            // The shim's runtime applies them (a VM's guest cgroup, too).
+            let mut oci = serde_json::json!({});
+            crate::oci::set_resources(&mut oci, &merged);
+            let body = serde_json::to_vec(&oci).map_err(err)?;
+            super::manager::shim_call(
+                &self.sandboxes.shim_dir(&r.sandbox_id),
+                crate::api::shim::shim_request::Request::Update(crate::api::shim::UpdateRequest {
+                    id: id.to_string(),
+                    resources: body,
+                }),
+            )?;
+        } else if crate::cgroup::systemd::unit_of(&r.cgroups_path).is_some() {
             // systemd's own limits as properties of the scope, the rest
             // (hugetlb, other unified keys) in its files.
             resources::check_memory_limit(Layout::host(), &r.cgroups_path, new)?;
@@ -60,10 +76,9 @@ impl ContainerManager {
         }
 
         let dir = self.dir(id);
-        let mut cfg = self.saved_config(id).unwrap_or_default();
-        let linux = cfg.linux.get_or_insert_with(Default::default);
-        let merged = resources::merge(&linux.resources.clone().unwrap_or_default(), new);
-        linux.resources = Some(merged.clone());
+        if let Some(l) = cfg.linux.as_mut() {
+            l.resources = Some(merged.clone());
+        }
         atomic::write_state_file(&dir.join("config.pb"), &cfg.encode_to_vec())
             .map_err(SandboxError::io("record container resources"))?;
         let spec_path = dir.join("config.json");

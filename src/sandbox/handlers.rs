@@ -73,6 +73,10 @@ pub struct OciFeatures {
 /// Features asked of each binary, once per process.
 static FEATURES: Mutex<Option<HashMap<PathBuf, OciFeatures>>> = Mutex::new(None);
 
+/// Features asked of each shim (binary, options), once per process.
+type ShimKey = (PathBuf, Vec<u8>);
+static SHIM_FEATURES: Mutex<Option<HashMap<ShimKey, OciFeatures>>> = Mutex::new(None);
+
 /// Finds `path` (a path, or a name on PATH) as an executable file.
 pub fn find_binary(path: &str) -> Result<PathBuf, String> {
     let is_exe = |p: &Path| {
@@ -152,6 +156,36 @@ impl Handler {
         find_binary(&name)
     }
 
+    /// A shim handler's options as the Any its shim is given.
+    fn shim_options(&self) -> Result<prost_types::Any, String> {
+        crate::shim::v2::options::encode(
+            &self.config.runtime_type,
+            &self.config.options.table(),
+            self.systemd,
+            &self.root.display().to_string(),
+        )
+    }
+
+    /// What a shim's `-info` says its runtime can do (asked once per
+    /// binary and options; nothing when it does not answer).
+    fn shim_features(&self) -> OciFeatures {
+        let (Ok(bin), Ok(options)) = (self.shim_binary(), self.shim_options()) else {
+            return OciFeatures::default();
+        };
+        let key = (bin.clone(), options.value.clone());
+        let mut guard = SHIM_FEATURES.lock().unwrap_or_else(|p| p.into_inner());
+        let cache = guard.get_or_insert_with(HashMap::new);
+        if let Some(f) = cache.get(&key) {
+            return *f;
+        }
+        let f = crate::shim::v2::start::info(&bin, &options, Duration::from_secs(5))
+            .ok()
+            .and_then(|i| crate::shim::v2::start::features_json(&i).map(parse_features))
+            .unwrap_or_default();
+        cache.insert(key, f);
+        f
+    }
+
     /// A shim handler's: the binary, and what it is started with.
     fn shim_request(&self) -> Result<Option<OciRuntime>, SandboxError> {
         let bin = self.shim_binary().map_err(|e| {
@@ -160,13 +194,7 @@ impl Handler {
                 self.name, self.config.runtime_type
             ))
         })?;
-        let options = crate::shim::v2::options::encode(
-            &self.config.runtime_type,
-            &self.config.options.table(),
-            self.systemd,
-            &self.root.display().to_string(),
-        )
-        .map_err(|e| {
+        let options = self.shim_options().map_err(|e| {
             SandboxError::Invalid(format!("runtime handler {:?}: options: {e}", self.name))
         })?;
         // A 2.3 shim's socket is `<dir>/<sha256>`, which must fit a socket
@@ -221,9 +249,13 @@ impl Handler {
     /// What it can do, for Status and for the checks of a create.
     /// `husk_rro` and `husk_userns`: what husk's own path can.
     pub fn features(&self, husk_rro: bool, husk_userns: bool) -> RuntimeHandlerFeatures {
-        // A shim's runtime is not asked (yet): it claims neither.
+        // A shim's runtime: what its `-info` claims.
         if self.is_shim() {
-            return RuntimeHandlerFeatures::default();
+            let f = self.shim_features();
+            return RuntimeHandlerFeatures {
+                recursive_read_only_mounts: husk_rro && f.rro,
+                user_namespaces: husk_userns && f.idmap,
+            };
         }
         if !self.is_oci() {
             return RuntimeHandlerFeatures {

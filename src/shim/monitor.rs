@@ -135,6 +135,33 @@ impl Shim {
                 Err(e) => reply_err(INTERNAL, format!("reopen log of {}: {e}", r.id)),
             },
             Some(Request::Start(s)) => self.start(&s.id),
+            Some(Request::Update(u)) if self.v2.has(&u.id) => self.v2_update(&u),
+            Some(Request::Stats(s)) if self.v2.has(&s.id) => self.v2_stats(&s.id),
+            Some(Request::Resize(r)) if self.v2.has(&r.id) => self.v2_resize(&r),
+            Some(Request::CloseStdin(c)) if self.v2.has(&c.id) => {
+                self.v2_close_stdin(&c.id, &c.exec_id)
+            }
+            Some(Request::Resize(r)) => reply_err(
+                12,
+                format!("container {}: resize its terminal's master", r.id),
+            ),
+            Some(Request::CloseStdin(c)) => {
+                reply_err(12, format!("container {}: close its stdin's writer", c.id))
+            }
+            Some(Request::Update(u)) => reply_err(
+                12,
+                format!(
+                    "container {}: its runtime takes no updates (the server writes its cgroup)",
+                    u.id
+                ),
+            ),
+            Some(Request::Stats(s)) => reply_err(
+                12,
+                format!(
+                    "container {}: its runtime reports no stats (the server reads its cgroup)",
+                    s.id
+                ),
+            ),
             Some(Request::Kill(k)) => self.kill(&k.id, k.signal, k.all),
             Some(Request::Delete(d)) => self.delete(&d.id, d.force),
             Some(Request::State(s)) => match self.state_of(&s.id) {
@@ -498,14 +525,10 @@ impl Shim {
                 request: Some(Request::StreamExec(x)),
                 ..
             }) => match self.containers.get(&x.id).map(|e| e.status) {
-                Some(_) if self.v2.has(&x.id) => reply_err(
-                    12,
-                    format!(
-                        "a streaming exec in {}, a container of a shim v2 runtime, is not \
-                         built yet (ExecSync is)",
-                        x.id
-                    ),
-                ),
+                Some(Status::Running) if self.v2.has(&x.id) => {
+                    self.v2_stream_exec(&x, conn);
+                    return;
+                }
                 Some(Status::Running) => {
                     let oci = self.oci_of(&x.id);
                     self.streams.exec(&self.youki, &self.dir, &x, conn, oci);

@@ -194,7 +194,15 @@ pub fn run(dir: &Path) -> io::Result<()> {
             shim.drain_logs(None);
         }
         if streams_ready {
-            shim.streams.check_conns();
+            let ended = shim.streams.check_conns();
+            for exec_id in ended.execs {
+                shim.v2_kill_exec(&exec_id);
+            }
+            for id in ended.stdins {
+                if shim.v2.has(&id) {
+                    shim.v2_close_stdin(&id, "");
+                }
+            }
         }
         shim.poll_execs();
         let mut buf = [0u8; 64];

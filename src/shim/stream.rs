@@ -37,6 +37,9 @@ use std::time::Duration;
 struct Exec {
     pid: i32,
     conn: Option<UnixStream>,
+    /// A shim v2 runtime's exec id: its exit comes as an event, and it is
+    /// killed through its shim.
+    exec_id: Option<String>,
 }
 
 /// What a container keeps for attach.
@@ -160,7 +163,7 @@ impl Streams {
         youki: &Path,
         dir: &Path,
         req: &StreamExecRequest,
-        mut conn: UnixStream,
+        conn: UnixStream,
         oci: Option<super::oci::Oci>,
     ) {
         let started = match oci {
@@ -168,6 +171,17 @@ impl Streams {
             None => start_exec(youki, dir, req)
                 .map_err(|e| super::lookpath::failure(&format!("exec in {}", req.id), e)),
         };
+        self.exec_started(started, conn, None);
+    }
+
+    /// Answers a stream exec on `conn`: its descriptors (then its exit, to
+    /// come), or why it did not start.
+    pub fn exec_started(
+        &mut self,
+        started: Result<(i32, Vec<OwnedFd>, StreamFds), super::runtime_call::Failure>,
+        mut conn: UnixStream,
+        exec_id: Option<String>,
+    ) {
         match started {
             Ok((pid, fds, which)) => {
                 let borrowed: Vec<BorrowedFd<'_>> = fds.iter().map(|f| f.as_fd()).collect();
@@ -177,7 +191,7 @@ impl Streams {
                 };
                 let sent = fdpass::send(&mut conn, &resp, &borrowed).is_ok();
                 drop(fds);
-                if !sent {
+                if !sent && exec_id.is_none() {
                     // SAFETY: kill(2) on the process just started.
                     unsafe {
                         libc::kill(pid, libc::SIGKILL);
@@ -187,6 +201,7 @@ impl Streams {
                 self.execs.push(Exec {
                     pid,
                     conn: sent.then_some(conn),
+                    exec_id,
                 });
             }
             Err((code, e)) => {
@@ -202,11 +217,42 @@ impl Streams {
         }
     }
 
+    /// Whether the stream exec of a shim, `exec_id`, is still awaited
+    /// with its connection (the server got its descriptors).
+    pub fn has_exec(&self, exec_id: &str) -> bool {
+        self.execs
+            .iter()
+            .any(|x| x.exec_id.as_deref() == Some(exec_id) && x.conn.is_some())
+    }
+
     /// Records a reaped pid; true when it was a stream exec.
     pub fn exited(&mut self, pid: i32, code: i32) -> bool {
-        let Some(i) = self.execs.iter().position(|x| x.pid == pid) else {
+        let Some(i) = self
+            .execs
+            .iter()
+            .position(|x| x.pid == pid && x.exec_id.is_none())
+        else {
             return false;
         };
+        self.answer_exit(i, code);
+        true
+    }
+
+    /// Records the exit a shim told of exec `exec_id`; true when it was a
+    /// stream exec.
+    pub fn exec_exited(&mut self, exec_id: &str, code: i32) -> bool {
+        let Some(i) = self
+            .execs
+            .iter()
+            .position(|x| x.exec_id.as_deref() == Some(exec_id))
+        else {
+            return false;
+        };
+        self.answer_exit(i, code);
+        true
+    }
+
+    fn answer_exit(&mut self, i: usize, code: i32) {
         let x = self.execs.remove(i);
         if let Some(mut c) = x.conn {
             let _ = c.set_nonblocking(false);
@@ -222,7 +268,6 @@ impl Streams {
                 },
             );
         }
-        true
     }
 
     /// Joins a running container's stdio; answers on `conn`.
@@ -341,9 +386,11 @@ impl Streams {
         execs.chain(attach).map(|c| c.as_fd()).collect()
     }
 
-    /// Acts on connections the server closed: kills abandoned execs, and
-    /// ends a stdin_once container's stdin after its attach.
-    pub fn check_conns(&mut self) {
+    /// Acts on connections the server closed: kills abandoned execs (a
+    /// shim v2 runtime's are returned, to be killed through their shim),
+    /// and ends a stdin_once container's stdin after its attach.
+    pub fn check_conns(&mut self) -> Hangups {
+        let mut abandoned = Vec::new();
         let hung_up = |c: &mut UnixStream| {
             let mut b = [0u8; 16];
             !matches!(c.read(&mut b), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
@@ -351,6 +398,10 @@ impl Streams {
         for x in self.execs.iter_mut() {
             if x.conn.as_mut().is_some_and(hung_up) {
                 x.conn = None;
+                if let Some(e) = &x.exec_id {
+                    abandoned.push(e.clone());
+                    continue;
+                }
                 // SAFETY: kill(2) on a child this shim has not reaped yet.
                 unsafe {
                     libc::kill(x.pid, libc::SIGKILL);
@@ -366,16 +417,30 @@ impl Streams {
                 }
             }
         }
+        let mut stdins = Vec::new();
         for id in close_stdin {
             if let Some(st) = self.stdio.get_mut(&id) {
                 if st.stdin_once {
                     st.stdin = None;
+                    stdins.push(id);
                 }
             }
         }
         self.attachers
             .retain(|a| a.out.is_some() || a.err.is_some() || a.conn.is_some());
+        Hangups {
+            execs: abandoned,
+            stdins,
+        }
     }
+}
+
+/// What the server hanging up ended, for a shim v2 runtime to be told.
+pub struct Hangups {
+    /// Exec ids of abandoned execs.
+    pub execs: Vec<String>,
+    /// Containers whose stdin the shim closed (stdin_once).
+    pub stdins: Vec<String>,
 }
 
 /// Starts the tenant process; returns its pid and the server's ends.

@@ -29,6 +29,10 @@ pub fn request_name(req: &ShimRequest) -> &'static str {
         Some(Request::Exec(_)) => "Exec",
         Some(Request::StreamExec(_)) => "StreamExec",
         Some(Request::Attach(_)) => "Attach",
+        Some(Request::Update(_)) => "Update",
+        Some(Request::Stats(_)) => "Stats",
+        Some(Request::Resize(_)) => "Resize",
+        Some(Request::CloseStdin(_)) => "CloseStdin",
         None => "Empty",
     }
 }

@@ -44,12 +44,21 @@ pub struct ProcessIo {
     pub exit: Option<BoxFuture<'static, io::Result<i32>>>,
     /// Attach: held while the client's stdin is open.
     pub control: Option<Box<dyn Send>>,
+    /// A terminal that is not a master here (a shim v2 runtime's): how a
+    /// resize reaches it.
+    pub resizer: Option<Resizer>,
+    /// Exec: told when the client's stdin ended (a shim v2 runtime holds
+    /// the process's stdin open until then).
+    pub stdin_closer: Option<BoxFuture<'static, ()>>,
     /// Attach: the session ends when the client's stdin does (containerd's
     /// rule: unless the container is stdin_once and the attach has no
     /// tty, in which case only the container's stdin closes and output
     /// goes on until the container ends).
     pub end_with_stdin: bool,
 }
+
+/// Resizes a terminal to (columns, rows).
+pub type Resizer = std::sync::Arc<dyn Fn(u16, u16) -> BoxFuture<'static, ()> + Send + Sync>;
 
 /// Where sessions get their processes and network namespaces.
 #[async_trait::async_trait]

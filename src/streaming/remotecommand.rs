@@ -248,6 +248,7 @@ pub async fn run(mut s: Streams, mut pio: ProcessIo, tty: bool, what: String) {
 
     // Client stdin → process.
     let mut stdin = s.stdin.take();
+    let stdin_closer = pio.stdin_closer.take();
     let stdin_task = tokio::spawn(async move {
         if let (Some(rx), Some(fd)) = (stdin.as_mut(), stdin_fd) {
             while let Some(d) = rx.recv().await {
@@ -255,16 +256,27 @@ pub async fn run(mut s: Streams, mut pio: ProcessIo, tty: bool, what: String) {
                     break;
                 }
             }
+            if let Some(close) = stdin_closer {
+                close.await;
+            }
         }
     });
-    // Resizes → TIOCSWINSZ.
-    if let (Some(mut rx), Some(p)) = (s.resize.take(), pty.clone()) {
+    // Resizes → TIOCSWINSZ (or the runtime's own terminal's resizer).
+    let resizer = pio.resizer.take();
+    if let (Some(mut rx), true) = (s.resize.take(), pty.is_some() || resizer.is_some()) {
+        let p = pty.clone();
         tokio::spawn(async move {
             let mut buf = Vec::new();
             while let Some(d) = rx.recv().await {
                 buf.extend_from_slice(&d);
                 for (w, h) in parse_sizes(&mut buf) {
-                    let _ = p.resize(w, h);
+                    match (&p, &resizer) {
+                        (Some(p), _) => {
+                            let _ = p.resize(w, h);
+                        }
+                        (None, Some(r)) => r(w, h).await,
+                        (None, None) => {}
+                    }
                 }
                 if buf.len() > 4096 {
                     buf.clear();
@@ -274,7 +286,7 @@ pub async fn run(mut s: Streams, mut pio: ProcessIo, tty: bool, what: String) {
     }
     // Process → client.
     let mut outs = Vec::new();
-    let stdout_src = if tty && pio.exit.is_some() {
+    let stdout_src = if tty && pio.exit.is_some() && pty.is_some() {
         pty.clone()
     } else {
         fd(pio.stdout.take())

@@ -28,6 +28,83 @@ fn run(bin: &std::path::Path, arg: &str) -> Result<std::process::Output, String>
     })
 }
 
+/// A shim handler: its binary's `-info` (name, version, what its runtime
+/// can do); a shim that predates the flag is only found.
+fn shim(
+    cfg: &Config,
+    name: &str,
+    h: &crate::config::RuntimeConfig,
+    title: &str,
+    bad: Level,
+    whose: &str,
+) -> Check {
+    let fix = format!("install it, or fix [runtimes.{name}] path or runtime_type");
+    let wanted = if h.path.is_empty() {
+        match crate::config::runtimes::shim_binary_name(&h.runtime_type) {
+            Ok(n) => n,
+            Err(e) => return check(title, bad, e, fix),
+        }
+    } else {
+        h.path.clone()
+    };
+    let bin = match find_binary(&wanted) {
+        Ok(b) => b,
+        Err(e) => return check(title, bad, format!("{e}; {whose}"), fix),
+    };
+    let root = cfg.state.join("runtimes").join(name);
+    let options = match crate::shim::v2::options::encode(
+        &h.runtime_type,
+        &h.options.table(),
+        cfg.cgroup.driver == "systemd",
+        &root.display().to_string(),
+    ) {
+        Ok(o) => o,
+        Err(e) => {
+            return check(
+                title,
+                bad,
+                format!("options: {e}"),
+                format!("fix [runtimes.{name}.options]"),
+            )
+        }
+    };
+    match crate::shim::v2::start::info(&bin, &options, Duration::from_secs(5)) {
+        Ok(i) => {
+            let f = crate::shim::v2::start::features_json(&i)
+                .map(parse_features)
+                .unwrap_or_default();
+            let v = i.version.unwrap_or_default();
+            check(
+                title,
+                Level::Ok,
+                format!(
+                    "{} ({}, {} {}); recursive read-only mounts: {}, user namespaces \
+                     (idmapped mounts): {}",
+                    bin.display(),
+                    h.runtime_type,
+                    i.name,
+                    v.version,
+                    if f.rro { "yes" } else { "no" },
+                    if f.idmap { "yes" } else { "no" }
+                ),
+                "",
+            )
+        }
+        // A shim built on containerd's 1.x library has no -info.
+        Err(e) if e.contains("flag provided but not defined") => check(
+            title,
+            Level::Ok,
+            format!(
+                "{} ({}): found; it predates -info, so what it can do is not asked",
+                bin.display(),
+                h.runtime_type
+            ),
+            "",
+        ),
+        Err(e) => check(title, bad, format!("{e}; {whose}"), fix),
+    }
+}
+
 /// One line per configured handler.
 pub(super) fn handlers(cfg: &Config) -> Vec<Check> {
     cfg.runtimes
@@ -41,6 +118,9 @@ pub(super) fn handlers(cfg: &Config) -> Vec<Check> {
             } else {
                 format!("pods whose RuntimeClass handler is {name:?} are refused")
             };
+            if h.is_shim() {
+                return shim(cfg, name, h, &title, bad, &whose);
+            }
             if !h.is_oci() {
                 return check(
                     &title,

@@ -8,7 +8,9 @@
 //! - `events.rs`: the events endpoint it publishes to (`TTRPC_ADDRESS`:
 //!   `<dir>/ev.sock`), where exits and OOM kills arrive;
 //! - `options.rs`: the handler's options as the shim's typed Any;
-//! - `task.rs`: create, start, kill, delete, exec through it.
+//! - `task.rs`: create, start, kill, delete through it; `exec.rs`: execs;
+//!   `told.rs`: what it tells, and its death; `resources.rs`: Update and
+//!   Stats through it (`metrics.rs` reads the latter).
 //!
 //! Stdio goes through FIFOs under `<dir>/v2io/<id>/`, whose read ends the
 //! monitor holds as it holds a container's pipes. A pod's tasks share one
@@ -18,15 +20,46 @@
 
 pub mod client;
 pub mod events;
+mod exec;
+mod fifo;
+pub mod metrics;
 pub mod options;
+mod resources;
 pub mod start;
 mod task;
+mod told;
 
 use crate::api::shim::ShimV2;
+use crate::shim::runtime_call::Failure;
+use client::CallError;
 use std::collections::{BTreeSet, HashMap};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
 use std::time::Duration;
+
+const INTERNAL: i32 = 13;
+
+fn internal(what: &str) -> impl Fn(std::io::Error) -> Failure + '_ {
+    move |e| (INTERNAL, format!("{what}: {e}"))
+}
+
+/// A failed call as the shim API's code: what the runtime refused
+/// (containerd's Unknown, Internal) is FailedPrecondition, as a failed OCI
+/// runtime is.
+fn call_failure(what: &str, e: CallError) -> Failure {
+    let code = match e.code() {
+        2 | 13 => 9,
+        c => c,
+    };
+    (code, format!("{what}: {e}"))
+}
+
+fn any(type_url: &str, value: Vec<u8>) -> prost_types::Any {
+    prost_types::Any {
+        type_url: type_url.into(),
+        value,
+    }
+}
 
 /// One container run by a shim.
 pub(super) struct Task {

@@ -157,6 +157,47 @@ impl Launch<'_> {
     }
 }
 
+/// `<binary> -info`, given the options as containerd gives them (the Any,
+/// marshalled, on stdin): the runtime's name, version and features. A shim
+/// older than containerd 2.0's library (Kata's, gVisor's, runwasi's) does
+/// not know the flag: its error comes back.
+pub fn info(
+    binary: &Path,
+    options: &prost_types::Any,
+    timeout: Duration,
+) -> Result<crate::api::containerd::RuntimeInfo, String> {
+    let child = Command::new(binary)
+        .arg("-info")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .map_err(|e| format!("cannot run {}: {e}", binary.display()))?;
+    let out = crate::network::bounded::run(child, options.encode_to_vec(), timeout)
+        .map_err(|_| format!("{} -info did not answer in {timeout:?}", binary.display()))?;
+    if !out.status.success() {
+        let said = String::from_utf8_lossy(&out.stderr);
+        return Err(format!(
+            "{} -info failed ({}): {}",
+            binary.display(),
+            out.status,
+            said.trim()
+        ));
+    }
+    crate::api::containerd::RuntimeInfo::decode(out.stdout.as_slice())
+        .map_err(|e| format!("{} -info printed no RuntimeInfo: {e}", binary.display()))
+}
+
+/// The OCI features JSON a RuntimeInfo carries (the runc shim's is its
+/// runc's `features`).
+pub fn features_json(info: &crate::api::containerd::RuntimeInfo) -> Option<&[u8]> {
+    info.features
+        .as_ref()
+        .filter(|a| a.type_url.ends_with("/features/Features"))
+        .map(|a| a.value.as_slice())
+}
+
 /// What `start` printed: a `BootstrapResult` (a 2.3 shim), JSON (2.0 to
 /// 2.2), or the plain address (older Go shims, Rust shims).
 pub fn parse_start(out: &[u8]) -> Result<Started, String> {

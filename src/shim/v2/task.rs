@@ -1,76 +1,21 @@
 //! A container's life through its shim v2 runtime, in the monitor: create
-//! (starting the shim, or joining the pod's), start, kill, delete, exec,
-//! and what the shim tells (exits, OOM kills) or what its death means.
+//! (starting the shim, or joining the pod's), start, kill, delete.
 
 use super::client::{CallError, Client};
-use super::events::Event;
+use super::fifo::{fifo, open, reader};
 use super::start::Launch;
-use super::{Conn, Task};
+use super::{any, call_failure, internal, Conn, Task, INTERNAL};
 use crate::api::containerd::{
     ConnectRequest, ConnectResponse, CreateTaskRequest, CreateTaskResponse, DeleteRequest,
-    DeleteResponse, ExecProcessRequest, KillRequest, ShutdownRequest, StartRequest, StartResponse,
+    DeleteResponse, KillRequest, ShutdownRequest, StartRequest, StartResponse,
 };
-use crate::api::shim::{CreateRequest, ExecRequest, ShimResponse};
+use crate::api::shim::{CreateRequest, ShimResponse};
 use crate::logs::{CriLogWriter, Stream, DEFAULT_MAX_LINE};
-use crate::shim::exec::PendingExec;
 use crate::shim::monitor::{reply_err, Entry, Shim, Status};
 use crate::shim::runtime_call::Failure;
-use std::io::Read;
 use std::os::fd::OwnedFd;
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-
-const INTERNAL: i32 = 13;
-
-fn internal(what: &str) -> impl Fn(std::io::Error) -> Failure + '_ {
-    move |e| (INTERNAL, format!("{what}: {e}"))
-}
-
-/// A failed call as the shim API's code: what the runtime refused
-/// (containerd's Unknown, Internal) is FailedPrecondition, as a failed OCI
-/// runtime is.
-fn call_failure(what: &str, e: CallError) -> Failure {
-    let code = match e.code() {
-        2 | 13 => 9,
-        c => c,
-    };
-    (code, format!("{what}: {e}"))
-}
-
-/// A FIFO at `path`, made anew.
-fn fifo(path: &Path) -> Result<(), Failure> {
-    let _ = std::fs::remove_file(path);
-    rustix::fs::mkfifoat(
-        rustix::fs::CWD,
-        path,
-        rustix::fs::Mode::from_raw_mode(0o600),
-    )
-    .map_err(|e| (INTERNAL, format!("mkfifo {}: {e}", path.display())))
-}
-
-/// `path` opened with `flags` (close-on-exec).
-fn open(path: &Path, flags: rustix::fs::OFlags) -> Result<OwnedFd, Failure> {
-    rustix::fs::open(
-        path,
-        flags | rustix::fs::OFlags::CLOEXEC,
-        rustix::fs::Mode::empty(),
-    )
-    .map_err(|e| (INTERNAL, format!("open {}: {e}", path.display())))
-}
-
-fn reader(path: &Path) -> Result<OwnedFd, Failure> {
-    use rustix::fs::OFlags;
-    fifo(path)?;
-    open(path, OFlags::RDONLY | OFlags::NONBLOCK)
-}
-
-fn any(type_url: &str, value: Vec<u8>) -> prost_types::Any {
-    prost_types::Any {
-        type_url: type_url.into(),
-        value,
-    }
-}
 
 impl Shim {
     /// CreateRequest for a container of a shim runtime.
@@ -272,7 +217,7 @@ impl Shim {
     }
 
     /// Calls `method` on the shim of `id`.
-    fn v2_call<Q: prost::Message, R: prost::Message + Default>(
+    pub(super) fn v2_call<Q: prost::Message, R: prost::Message + Default>(
         &mut self,
         id: &str,
         method: &str,
@@ -381,249 +326,5 @@ impl Shim {
             let _ = std::fs::remove_dir_all(&t.io);
         }
         Ok(())
-    }
-
-    /// ExecSync in a container of a shim: its Exec, then Start; the answer
-    /// comes with the exit the shim tells.
-    pub(in crate::shim) fn v2_exec(
-        &mut self,
-        req: &ExecRequest,
-        conn: UnixStream,
-    ) -> Result<PendingExec, (Failure, UnixStream)> {
-        let exec_id = format!("exec-{:016x}", rand::random::<u64>());
-        let io = self.dir.join("v2io").join(format!("{}.{exec_id}", req.id));
-        let r = (|| -> Result<[OwnedFd; 2], Failure> {
-            if req.args.is_empty() {
-                return Err((3, "exec needs a command".into()));
-            }
-            let bundle = self
-                .v2
-                .tasks
-                .get(&req.id)
-                .map(|t| t.bundle.clone())
-                .unwrap_or_default();
-            let (_, process) = crate::shim::exec_parts::exec_process(&bundle, &req.args, false)
-                .map_err(|e| (INTERNAL, e))?;
-            std::fs::create_dir_all(&io).map_err(internal("create the FIFO dir"))?;
-            let out = reader(&io.join("stdout"))?;
-            let err = reader(&io.join("stderr"))?;
-            let spec = serde_json::to_vec(&process).map_err(|e| (INTERNAL, e.to_string()))?;
-            let what = format!("exec in {}", req.id);
-            self.v2_call::<_, ()>(
-                &req.id,
-                "Exec",
-                &ExecProcessRequest {
-                    id: req.id.clone(),
-                    exec_id: exec_id.clone(),
-                    terminal: false,
-                    stdin: String::new(),
-                    stdout: io.join("stdout").display().to_string(),
-                    stderr: io.join("stderr").display().to_string(),
-                    spec: Some(any(
-                        "types.containerd.io/opencontainers/runtime-spec/1/Process",
-                        spec,
-                    )),
-                },
-            )
-            .map_err(|e| call_failure(&what, e))?;
-            self.v2
-                .execs
-                .insert(exec_id.clone(), (req.id.clone(), io.clone()));
-            self.v2_call::<_, StartResponse>(
-                &req.id,
-                "Start",
-                &StartRequest {
-                    id: req.id.clone(),
-                    exec_id: exec_id.clone(),
-                },
-            )
-            .map_err(|e| call_failure(&what, e))?;
-            Ok([out, err])
-        })();
-        match r {
-            Ok(pipes) => Ok(PendingExec::new_v2(conn, req, exec_id, pipes)),
-            Err(f) => {
-                self.v2_forget_exec(&exec_id);
-                let _ = std::fs::remove_dir_all(&io);
-                Err((f, conn))
-            }
-        }
-    }
-
-    /// Kills an exec whose time ran out; its exit comes as for any.
-    pub(in crate::shim) fn v2_kill_exec(&mut self, exec_id: &str) {
-        let Some((id, _)) = self.v2.execs.get(exec_id).cloned() else {
-            return;
-        };
-        let _: Result<(), CallError> = self.v2_call(
-            &id,
-            "Kill",
-            &KillRequest {
-                id: id.clone(),
-                exec_id: exec_id.to_string(),
-                signal: libc::SIGKILL as u32,
-                all: false,
-            },
-        );
-    }
-
-    /// Deletes an exec in its shim, and its FIFOs.
-    fn v2_forget_exec(&mut self, exec_id: &str) {
-        let Some((id, io)) = self.v2.execs.remove(exec_id) else {
-            return;
-        };
-        let _: Result<DeleteResponse, CallError> = self.v2_call(
-            &id,
-            "Delete",
-            &DeleteRequest {
-                id: id.clone(),
-                exec_id: exec_id.to_string(),
-            },
-        );
-        let _ = std::fs::remove_dir_all(io);
-    }
-
-    /// Copies what a shim logged into the monitor's log.
-    fn v2_drain_log(&self, c: &mut Conn) {
-        let Some(fd) = &c.log else { return };
-        let mut f = std::fs::File::from(match fd.try_clone() {
-            Ok(f) => f,
-            Err(_) => return,
-        });
-        let mut buf = [0u8; 16 * 1024];
-        while let Ok(n) = f.read(&mut buf) {
-            if n == 0 {
-                break;
-            }
-            eprint!("{}", String::from_utf8_lossy(&buf[..n]));
-        }
-    }
-
-    /// Takes what the shims told and logged.
-    pub(in crate::shim) fn v2_pump(&mut self) {
-        let mut conns = std::mem::take(&mut self.v2.conns);
-        for c in conns.values_mut() {
-            self.v2_drain_log(c);
-        }
-        self.v2.conns = conns;
-        let events = match self.v2.events.as_mut() {
-            Some(e) => e.pump(),
-            None => return,
-        };
-        for ev in events {
-            match ev {
-                Event::Exit {
-                    container_id,
-                    exec_id,
-                    status,
-                    exited_at,
-                } if exec_id.is_empty() => self.v2_init_exited(&container_id, status, exited_at),
-                Event::Exit {
-                    exec_id, status, ..
-                } => {
-                    if let Some(x) = self
-                        .execs
-                        .iter_mut()
-                        .find(|x| x.exec_id.as_deref() == Some(&exec_id))
-                    {
-                        x.exited(status);
-                    }
-                    self.v2_forget_exec(&exec_id);
-                }
-                Event::Oom { container_id } => {
-                    if let Some(t) = self.v2.tasks.get_mut(&container_id) {
-                        t.oom_kills += 1;
-                    }
-                }
-            }
-        }
-    }
-
-    /// A container's init exited: its output, all of it, into the log
-    /// first (the shim copies it to the FIFOs until EOF), then the exit.
-    fn v2_init_exited(&mut self, id: &str, status: i32, exited_at: i64) {
-        if !self.v2.has(id)
-            || self
-                .containers
-                .get(id)
-                .is_none_or(|e| e.status == Status::Stopped)
-        {
-            return;
-        }
-        let deadline = Instant::now() + Duration::from_secs(1);
-        loop {
-            self.drain_logs(Some(id));
-            let open: Vec<_> = self
-                .pipes
-                .iter()
-                .filter(|(_, c, _)| c == id)
-                .map(|(fd, _, _)| rustix::event::PollFd::new(fd, rustix::event::PollFlags::IN))
-                .collect();
-            let left = deadline.saturating_duration_since(Instant::now());
-            if open.is_empty() || left.is_zero() {
-                break;
-            }
-            let mut open = open;
-            let ts = rustix::event::Timespec {
-                tv_sec: 0,
-                tv_nsec: left.as_nanos().min(100_000_000) as i64,
-            };
-            let _ = rustix::event::poll(&mut open, Some(&ts));
-        }
-        let oom = self.v2.tasks.get(id).map(|t| t.oom_kills).unwrap_or(0);
-        let pid = self.containers.get(id).map(|e| e.pid).unwrap_or(0);
-        self.record_exit(id, pid, status, exited_at, oom);
-    }
-
-    /// Whether `pid` was a shim's server; if so its tasks are cleaned with
-    /// its binary's `delete` and those still running recorded as exited.
-    pub(in crate::shim) fn v2_shim_exited(&mut self, pid: i32) -> bool {
-        let Some(address) = self
-            .v2
-            .conns
-            .iter()
-            .find(|(_, c)| c.pid == pid && pid > 0)
-            .map(|(a, _)| a.clone())
-        else {
-            return false;
-        };
-        let Some(mut c) = self.v2.conns.remove(&address) else {
-            return false;
-        };
-        self.v2_drain_log(&mut c);
-        eprintln!("husk shim: the shim runtime at {address} (pid {pid}) died");
-        for id in c.tasks {
-            let Some(t) = self.v2.tasks.get_mut(&id) else {
-                continue;
-            };
-            t.address.clear();
-            let launch = Launch {
-                binary: &t.binary,
-                id: &id,
-                bundle: &t.bundle,
-                grpc_address: &t.runtime.grpc_address,
-                ttrpc_address: &self.dir.join("ev.sock"),
-                socket_dir: &t.runtime.socket_dir,
-                options: None,
-                timeout: t.timeout,
-            };
-            let status = match launch.delete(&self.dir.join("v2io").join(".delete")) {
-                Ok(r) => r.exit_status as i32,
-                Err((_, e)) => {
-                    eprintln!("husk shim: delete {id} after its shim died: {e}");
-                    255
-                }
-            };
-            if self
-                .containers
-                .get(&id)
-                .is_some_and(|e| e.status != Status::Stopped)
-            {
-                self.drain_logs(Some(&id));
-                let oom = self.v2.tasks.get(&id).map(|t| t.oom_kills).unwrap_or(0);
-                self.record_exit(&id, 0, status, crate::sys::now_ns(), oom);
-            }
-        }
-        true
     }
 }
