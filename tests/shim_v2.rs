@@ -52,6 +52,17 @@ fn shim_servers(p: &pod::Pod) -> Vec<i32> {
         .collect()
 }
 
+/// Sockets the runtime's shims left in this server's socket dir.
+fn v2_sockets(p: &pod::Pod) -> Vec<String> {
+    std::fs::read_dir(p.h.dir.path().join("run").join("v2s"))
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 async fn log_has(p: &pod::Pod, name: &str, want: &str) -> String {
     let log =
         p.h.dir
@@ -225,6 +236,7 @@ async fn a_shim_v2_handler_runs_a_pod_through_containerds_runc_shim() {
     .unwrap();
     assert_eq!(shim_servers(&p), Vec::<i32>::new());
     assert_eq!(leftovers(&p), Vec::<String>::new());
+    assert_eq!(v2_sockets(&p), Vec::<String>::new());
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -232,8 +244,25 @@ async fn a_shim_not_there_or_refusing_its_options_is_refused_and_leaves_nothing(
     if !common::require_root() {
         return;
     }
+    let bins = tempfile::tempdir().unwrap();
+    // A shim whose `start` never answers; one that answers no address.
+    let hung = bins.path().join("containerd-shim-hung-v2");
+    common::write_executable(&hung, "#!/bin/sh\nexec sleep 600\n");
+    let babbling = bins.path().join("containerd-shim-babble-v2");
+    common::write_executable(&babbling, "#!/bin/sh\necho 'no address for you'\n");
     let config = format!(
         r#"{}
+[runtimes.hung]
+type = "shim"
+runtime_type = "io.containerd.hung.v2"
+path = "{hung}"
+timeout_secs = 1
+
+[runtimes.babbling]
+type = "shim"
+runtime_type = "io.containerd.babble.v2"
+path = "{babbling}"
+
 [runtimes.missing]
 type = "shim"
 runtime_type = "io.containerd.nosuch.v2"
@@ -247,6 +276,8 @@ BinaryName = "/nonexistent/runc"
 "#,
         handler_config(),
         shim = common::shared("shims/containerd-shim-runc-v2").display(),
+        hung = hung.display(),
+        babbling = babbling.display(),
     );
     let p = pod::setup_config(vec![], "/usr/lib/cni", vec![], &config).await;
     let pc = pod_config(&p, "bad");
@@ -257,11 +288,33 @@ BinaryName = "/nonexistent/runc"
         "{}",
         e.message()
     );
-    let e = run_under(&p.h, pc, "badruntime").await.unwrap_err();
+    let e = run_under(&p.h, pc.clone(), "badruntime").await.unwrap_err();
     assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
     assert!(e.message().contains("/nonexistent/runc"), "{}", e.message());
+    assert_eq!(leftovers(&p), Vec::<String>::new());
+    // A shim that hangs is killed at the handler's timeout.
+    let e = run_under(&p.h, pc.clone(), "hung").await.unwrap_err();
+    assert_eq!(e.code(), Code::DeadlineExceeded, "{e:?}");
+    let sleeping = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            std::fs::read(e.path().join("cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains("sleep\0600"))
+        })
+        .count();
+    assert_eq!(sleeping, 0, "the hung shim's process group was killed");
+    assert_eq!(leftovers(&p), Vec::<String>::new());
+    let e = run_under(&p.h, pc, "babbling").await.unwrap_err();
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+    assert!(
+        e.message().contains("no address for you"),
+        "{}",
+        e.message()
+    );
     assert_eq!(shim_servers(&p), Vec::<i32>::new());
     assert_eq!(leftovers(&p), Vec::<String>::new());
+    assert_eq!(v2_sockets(&p), Vec::<String>::new());
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -374,4 +427,50 @@ async fn streams_updates_and_stats_go_through_the_shim() {
     .unwrap();
     assert_eq!(shim_servers(&p), Vec::<i32>::new());
     assert_eq!(leftovers(&p), Vec::<String>::new());
+    assert_eq!(v2_sockets(&p), Vec::<String>::new());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_monitor_killed_with_its_shims_tasks_running_leaves_nothing() {
+    if !common::require_root() {
+        return;
+    }
+    let p = pod::setup_config(vec![], "/usr/lib/cni", vec![], &handler_config()).await;
+    let app = app_image(&p).await;
+    let pc = pod_config(&p, "v2k");
+    let pod_id = run_under(&p.h, pc.clone(), "runc-v2").await.unwrap();
+    let idle = create_start(&p.h, &pod_id, &pc, shell(&app, "idle", "sleep 3600", &[])).await;
+    // The pod's monitor (husk's shim) killed: the runtime's shim and its
+    // tasks run on; the monitor that replaces it finds the task records,
+    // dials the shim again and ends them there.
+    let monitor = pod::shim_pid(&p.h, &pod_id);
+    // SAFETY: kill(2) of the test's own monitor.
+    unsafe { libc::kill(monitor as i32, libc::SIGKILL) };
+    wait_for!(
+        10,
+        "the monitor to die",
+        (!pod::alive(monitor as i32)).then_some(())
+    );
+    assert_eq!(shim_servers(&p).len(), 1, "the runtime's shim outlives it");
+    let mut rt = p.h.runtime().await;
+    rt.stop_pod_sandbox(StopPodSandboxRequest {
+        pod_sandbox_id: pod_id.clone(),
+    })
+    .await
+    .unwrap();
+    rt.remove_container(RemoveContainerRequest { container_id: idle })
+        .await
+        .unwrap();
+    rt.remove_pod_sandbox(RemovePodSandboxRequest {
+        pod_sandbox_id: pod_id,
+    })
+    .await
+    .unwrap();
+    wait_for!(
+        10,
+        "the runtime's shim to end",
+        shim_servers(&p).is_empty().then_some(())
+    );
+    assert_eq!(leftovers(&p), Vec::<String>::new());
+    assert_eq!(v2_sockets(&p), Vec::<String>::new());
 }

@@ -198,10 +198,18 @@ impl Handler {
             SandboxError::Invalid(format!("runtime handler {:?}: options: {e}", self.name))
         })?;
         // A 2.3 shim's socket is `<dir>/<sha256>`, which must fit a socket
-        // address: a short dir of this server's own.
-        use sha2::Digest;
-        let tag =
-            hex::encode(&sha2::Sha256::digest(self.state.as_os_str().as_encoded_bytes())[..8]);
+        // address (the dir at most 42 bytes): `<state>/v2s`, else a short
+        // dir of this server's own. (The shim makes it 0700: never a dir
+        // that pods' user namespaces must search.)
+        let local = self.state.join("v2s");
+        let socket_dir = if local.as_os_str().len() <= 42 {
+            local.display().to_string()
+        } else {
+            use sha2::Digest;
+            let tag =
+                hex::encode(&sha2::Sha256::digest(self.state.as_os_str().as_encoded_bytes())[..8]);
+            format!("/run/husk-v2s/{tag}")
+        };
         Ok(Some(OciRuntime {
             path: bin.display().to_string(),
             root: self.root.display().to_string(),
@@ -214,7 +222,7 @@ impl Handler {
                 options: options.value,
                 sandbox_id: String::new(),
                 grpc_address: self.state.join("shim-v2.sock").display().to_string(),
-                socket_dir: format!("/run/husk/s/{tag}"),
+                socket_dir,
             }),
         }))
     }

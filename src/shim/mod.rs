@@ -42,10 +42,12 @@ pub mod v2;
 pub mod wire;
 
 /// Whether a runtime keeps state of container `id` in the shim dir `dir`
-/// (libcontainer's, or the record of the OCI runtime that runs it): what a
-/// shim started after a killed one has to delete.
+/// (libcontainer's, the record of the OCI runtime that runs it, or of its
+/// shim v2 task): what a shim started after a killed one has to delete.
 pub fn has_runtime_state(dir: &std::path::Path, id: &str) -> bool {
-    dir.join("youki").join(id).exists() || oci::record_path(dir, id).exists()
+    dir.join("youki").join(id).exists()
+        || oci::record_path(dir, id).exists()
+        || v2::has_record(dir, id)
 }
 
 /// Exit record written when a container's init is reaped.

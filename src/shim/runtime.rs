@@ -84,7 +84,7 @@ impl Shim {
     /// Signals every process of the container (`all`), or its init
     /// through the runtime.
     pub(super) fn runtime_kill(&mut self, id: &str, signal: i32, all: bool) -> Result<(), Failure> {
-        if self.v2.has(id) {
+        if self.v2_adopt(id) {
             return self.v2_kill(id, signal, all);
         }
         if let Some(o) = self.oci_of(id) {
@@ -112,7 +112,7 @@ impl Shim {
     /// Deletes the runtime's state and cgroup of `id` (nothing to do when
     /// it has none), and the record of its runtime.
     pub(super) fn runtime_delete(&mut self, id: &str) -> Result<(), Failure> {
-        if self.v2.has(id) {
+        if self.v2_adopt(id) {
             return self.v2_delete(id);
         }
         if let Some(o) = self.oci_of(id) {

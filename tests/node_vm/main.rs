@@ -50,6 +50,7 @@ mod nri;
 mod oom;
 mod package;
 mod security;
+mod shim_v2;
 mod systemd;
 mod userns;
 
@@ -61,7 +62,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Guest tests, by name: the host test expects each to pass.
-const GUEST_TESTS: [&str; 10] = [
+const GUEST_TESTS: [&str; 11] = [
     "handlers::guest_oci_handlers_crun_and_runc",
     "kernel::guest_check_apparmor_seccomp_propagation",
     "lifecycle::guest_exec_attach_port_forward_restart_and_cleanup",
@@ -71,14 +72,16 @@ const GUEST_TESTS: [&str; 10] = [
     "oom::guest_oom_kills_are_reported",
     "security::guest_masks_dev_volumes_and_racing_neighbours",
     "security::guest_no_runtime_descriptor_and_a_sealed_shim",
+    "shim_v2::guest_shim_v2_handler_on_cgroup_v2",
     "userns::guest_user_namespaces_on_this_kernel",
 ];
 
 /// The systemd node's guest tests, by name.
-const SYSTEMD_TESTS: [&str; 6] = [
+const SYSTEMD_TESTS: [&str; 7] = [
     "handlers::in_systemd_vm_oci_handler_scopes",
     "nri::in_systemd_vm_nri_resources_in_the_scope",
     "package::in_systemd_vm_the_package_under_systemd",
+    "shim_v2::in_systemd_vm_shim_v2_handler_scopes",
     "systemd::in_systemd_vm_kubelet_pod_slices",
     "systemd::in_systemd_vm_no_dbus_is_a_clear_error",
     "systemd::in_systemd_vm_scopes_limits_reload_oom_and_cleanup",

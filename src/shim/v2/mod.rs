@@ -8,6 +8,8 @@
 //! - `events.rs`: the events endpoint it publishes to (`TTRPC_ADDRESS`:
 //!   `<dir>/ev.sock`), where exits and OOM kills arrive;
 //! - `options.rs`: the handler's options as the shim's typed Any;
+//! - `adopt.rs`: each task's record, by which a monitor started after a
+//!   killed one ends what that one left;
 //! - `task.rs`: create, start, kill, delete through it; `exec.rs`: execs;
 //!   `told.rs`: what it tells, and its death; `resources.rs`: Update and
 //!   Stats through it (`metrics.rs` reads the latter).
@@ -18,6 +20,7 @@
 //! own log (the `log` FIFO in the bundle it was started from) goes to the
 //! monitor's `shim.log`.
 
+mod adopt;
 pub mod client;
 pub mod events;
 mod exec;
@@ -31,6 +34,7 @@ mod told;
 
 use crate::api::shim::ShimV2;
 use crate::shim::runtime_call::Failure;
+pub use adopt::has_record;
 use client::CallError;
 use std::collections::{BTreeSet, HashMap};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -52,6 +56,14 @@ fn call_failure(what: &str, e: CallError) -> Failure {
         c => c,
     };
     (code, format!("{what}: {e}"))
+}
+
+/// Removes the socket file of a shim that is ending or gone (its
+/// connections stay; a shim removes its own only on a clean exit).
+fn remove_socket(address: &str) {
+    if let Some(p) = address.strip_prefix("unix://") {
+        let _ = std::fs::remove_file(p);
+    }
 }
 
 fn any(type_url: &str, value: Vec<u8>) -> prost_types::Any {

@@ -137,6 +137,11 @@ impl Shim {
         }
         let made = made.map_err(|e| call_failure(&format!("create container {id}"), e))?;
         conn.tasks.insert(id.to_string());
+        let version = conn.version;
+        self.v2_save(id, version);
+        // Its OOM kills are counted in its cgroup too, when it has one here.
+        self.oom
+            .watch(id, Path::new(&req.bundle), &req.cgroups_path);
         for (fd, stream) in outs {
             self.pipes.push((fd, id.to_string(), stream));
         }
@@ -280,11 +285,17 @@ impl Shim {
             return Ok(());
         };
         let timeout = self.v2.tasks.get(id).map(|t| t.timeout).unwrap_or_default();
+        // A task a killed monitor left was just killed: it is deleted once
+        // gone.
+        if !self.containers.contains_key(id) && self.v2.conns.contains_key(&address) {
+            self.v2_wait(id);
+        }
         let Some(mut c) = self.v2.conns.remove(&address) else {
             // Its shim is gone (or never answered its create).
             if let Some(t) = self.v2.tasks.remove(id) {
                 let _ = std::fs::remove_dir_all(&t.io);
             }
+            self.v2_forget_record(id);
             return Ok(());
         };
         if c.tasks.contains(id) {
@@ -317,6 +328,8 @@ impl Shim {
                     },
                     Duration::from_secs(3),
                 );
+                // (A shim that still runs tasks of another monitor's
+                // ignores it; one that exits removes its socket.)
                 self.v2_drain_log(&mut c);
             } else {
                 self.v2.conns.insert(address, c);
@@ -325,6 +338,7 @@ impl Shim {
         if let Some(t) = self.v2.tasks.remove(id) {
             let _ = std::fs::remove_dir_all(&t.io);
         }
+        self.v2_forget_record(id);
         Ok(())
     }
 }

@@ -62,8 +62,26 @@ impl Shim {
                     if let Some(t) = self.v2.tasks.get_mut(&container_id) {
                         t.oom_kills += 1;
                     }
+                    self.v2_oom_after_exit(&container_id);
                 }
             }
+        }
+    }
+
+    /// An OOM kill told after the exit it caused was recorded: the record
+    /// gets it (the shim publishes the two events independently).
+    fn v2_oom_after_exit(&mut self, id: &str) {
+        let Some(e) = self.containers.get_mut(id) else {
+            return;
+        };
+        let Some(x) = e.exit.as_mut().filter(|x| x.oom_kills == 0) else {
+            return;
+        };
+        x.oom_kills = 1;
+        let rec = x.clone();
+        let path = self.dir.join("exits").join(format!("{id}.json"));
+        if let Err(err) = crate::store::atomic::write_state_json(&path, &rec) {
+            eprintln!("husk shim: record the OOM kill of {id}: {err}");
         }
     }
 
@@ -98,7 +116,11 @@ impl Shim {
             };
             let _ = rustix::event::poll(&mut open, Some(&ts));
         }
-        let oom = self.v2.tasks.get(id).map(|t| t.oom_kills).unwrap_or(0);
+        // What the shim told, or what the monitor saw in the container's
+        // cgroup when it has one on this host (the event may come after
+        // the exit).
+        let told = self.v2.tasks.get(id).map(|t| t.oom_kills).unwrap_or(0);
+        let oom = told.max(self.oom.exited(id, status));
         let pid = self.containers.get(id).map(|e| e.pid).unwrap_or(0);
         self.record_exit(id, pid, status, exited_at, oom);
     }
@@ -120,6 +142,9 @@ impl Shim {
         };
         self.v2_drain_log(&mut c);
         eprintln!("husk shim: the shim runtime at {address} (pid {pid}) died");
+        // A shim killed leaves its socket: no later `start` of its group
+        // would come to replace it.
+        super::remove_socket(&address);
         for id in c.tasks {
             let Some(t) = self.v2.tasks.get_mut(&id) else {
                 continue;
@@ -148,7 +173,8 @@ impl Shim {
                 .is_some_and(|e| e.status != Status::Stopped)
             {
                 self.drain_logs(Some(&id));
-                let oom = self.v2.tasks.get(&id).map(|t| t.oom_kills).unwrap_or(0);
+                let told = self.v2.tasks.get(&id).map(|t| t.oom_kills).unwrap_or(0);
+                let oom = told.max(self.oom.exited(&id, status));
                 self.record_exit(&id, 0, status, crate::sys::now_ns(), oom);
             }
         }
