@@ -300,7 +300,7 @@ BinaryName = "/nonexistent/runc"
         .flatten()
         .filter(|e| {
             std::fs::read(e.path().join("cmdline"))
-                .is_ok_and(|c| String::from_utf8_lossy(&c).contains("sleep\0600"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&format!("sleep{}600", '\0')))
         })
         .count();
     assert_eq!(sleeping, 0, "the hung shim's process group was killed");
