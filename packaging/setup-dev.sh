@@ -23,6 +23,7 @@ packages=(
   apparmor                     # apparmor_parser, for AppArmor in the node VMs
   systemd dbus                 # PID 1 and the system bus of the systemd node VM
   e2fsprogs kmod               # mkfs.ext4, modprobe: the ext4 root of the 6.1 node's user namespace test
+  wabt                         # wat2wasm: the WASI program of tests/shim_v2_wasm.rs
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -16,6 +16,7 @@ pub mod instrument;
 pub mod prometheus;
 pub mod reload;
 pub mod runtime;
+mod shim_address;
 pub mod status;
 pub mod streaming;
 
@@ -233,6 +234,7 @@ pub async fn serve(cfg: Config, reload: Option<reload::Reloader>) -> anyhow::Res
     };
 
     idle::spawn_trimmer();
+    shim_address::spawn(&cfg.state)?;
     tracing::info!(listen = %cfg.listen.display(), root = %cfg.root.display(), version = env!("CARGO_PKG_VERSION"), "husk serve listening");
     let result = tonic::transport::Server::builder()
         .trace_fn(|req| tracing::debug_span!("rpc", method = %req.uri().path()))

@@ -35,7 +35,8 @@ fn limited(image: &str, name: &str, script: &str, memory: i64) -> ContainerConfi
     c
 }
 
-/// One pod under the shim; the web container's id.
+/// One pod under the shim, left running with its web container stopped;
+/// the pod's id.
 async fn a_pod(p: &Pod, image: &str, pc: PodSandboxConfig) -> String {
     let pod = run_under(&p.h, pc.clone(), "runc-v2").await.unwrap();
     let script = "trap 'exit 9' TERM; while true; do sleep 0.1; done";
@@ -94,7 +95,7 @@ async fn a_pod(p: &Pod, image: &str, pc: PodSandboxConfig) -> String {
     .unwrap();
     let st = wait_exited(&p.h, &id).await;
     assert_eq!(st.exit_code, 9, "{st:?}");
-    id
+    pod
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -127,9 +128,10 @@ async fn in_systemd_vm_shim_v2_handler_scopes() {
     let image = app_image(&p).await;
     let slice = super::systemd::pod_slice(None);
     let pc = pod_under(&p, "sd-shim", &slice);
-    let id = a_pod(&p, &image, pc).await;
-    // runc made the container's scope through systemd, in the pod's slice.
-    let unit = format!("husk-{id}.scope");
+    let pod = a_pod(&p, &image, pc).await;
+    // runc made the sandbox task's scope through systemd, in the pod's
+    // slice (the stopped containers' scopes are gone with them).
+    let unit = format!("husk-{pod}.scope");
     assert_eq!(super::systemd::prop(&unit, "Slice"), slice, "{unit}");
     common::pod::remove_listed(&p).await;
     assert_eq!(leftovers(&p), Vec::<String>::new());
