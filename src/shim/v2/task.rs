@@ -320,7 +320,7 @@ impl Shim {
         let conn = Some(c);
         if let Some(mut c) = conn {
             if c.tasks.is_empty() {
-                let _: Result<(), CallError> = c.client.call(
+                let shut: Result<(), CallError> = c.client.call(
                     "Shutdown",
                     &ShutdownRequest {
                         id: id.to_string(),
@@ -329,7 +329,17 @@ impl Shim {
                     Duration::from_secs(3),
                 );
                 // (A shim that still runs tasks of another monitor's
-                // ignores it; one that exits removes its socket.)
+                // ignores it; one that exits removes its socket.) A shim
+                // this monitor started (it holds its log) that cannot be
+                // told is not left.
+                if shut.is_err() && c.pid > 0 && c.log.is_some() {
+                    // SAFETY: kill(2) of the shim's server, this monitor's
+                    // child (not yet reaped: its pid is still its own).
+                    unsafe {
+                        libc::kill(c.pid, libc::SIGKILL);
+                    }
+                    super::remove_socket(&address);
+                }
                 self.v2_drain_log(&mut c);
             } else {
                 self.v2.conns.insert(address, c);
