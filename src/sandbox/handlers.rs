@@ -157,7 +157,7 @@ impl Handler {
     }
 
     /// A shim handler's options as the Any its shim is given.
-    fn shim_options(&self) -> Result<prost_types::Any, String> {
+    pub fn shim_options(&self) -> Result<prost_types::Any, String> {
         crate::shim::v2::options::encode(
             &self.config.runtime_type,
             &self.config.options.table(),

@@ -39,25 +39,17 @@ fn shim(
     whose: &str,
 ) -> Check {
     let fix = format!("install it, or fix [runtimes.{name}] path or runtime_type");
-    let wanted = if h.path.is_empty() {
-        match crate::config::runtimes::shim_binary_name(&h.runtime_type) {
-            Ok(n) => n,
-            Err(e) => return check(title, bad, e, fix),
-        }
-    } else {
-        h.path.clone()
+    // The binary and options as the server resolves them.
+    let handlers = crate::sandbox::handlers::Handlers::new(cfg, cfg.cgroup.driver == "systemd");
+    let handler = match handlers.get(name) {
+        Ok(x) => x,
+        Err(e) => return check(title, bad, e.to_string(), fix),
     };
-    let bin = match find_binary(&wanted) {
+    let bin = match handler.shim_binary() {
         Ok(b) => b,
         Err(e) => return check(title, bad, format!("{e}; {whose}"), fix),
     };
-    let root = cfg.state.join("runtimes").join(name);
-    let options = match crate::shim::v2::options::encode(
-        &h.runtime_type,
-        &h.options.table(),
-        cfg.cgroup.driver == "systemd",
-        &root.display().to_string(),
-    ) {
+    let options = match handler.shim_options() {
         Ok(o) => o,
         Err(e) => {
             return check(
