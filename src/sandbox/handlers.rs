@@ -156,8 +156,9 @@ impl Handler {
         find_binary(&name)
     }
 
-    /// A shim handler's options as the Any its shim is given.
-    pub fn shim_options(&self) -> Result<prost_types::Any, String> {
+    /// A shim handler's options as the Any its shim is given (none when
+    /// it has none).
+    pub fn shim_options(&self) -> Result<Option<prost_types::Any>, String> {
         crate::shim::v2::options::encode(
             &self.config.runtime_type,
             &self.config.options.table(),
@@ -172,13 +173,19 @@ impl Handler {
         let (Ok(bin), Ok(options)) = (self.shim_binary(), self.shim_options()) else {
             return OciFeatures::default();
         };
-        let key = (bin.clone(), options.value.clone());
+        let key = (
+            bin.clone(),
+            options
+                .as_ref()
+                .map(|o| o.value.clone())
+                .unwrap_or_default(),
+        );
         let mut guard = SHIM_FEATURES.lock().unwrap_or_else(|p| p.into_inner());
         let cache = guard.get_or_insert_with(HashMap::new);
         if let Some(f) = cache.get(&key) {
             return *f;
         }
-        let f = crate::shim::v2::start::info(&bin, &options, Duration::from_secs(5))
+        let f = crate::shim::v2::start::info(&bin, options.as_ref(), Duration::from_secs(5))
             .ok()
             .and_then(|i| crate::shim::v2::start::features_json(&i).map(parse_features))
             .unwrap_or_default();
@@ -218,8 +225,11 @@ impl Handler {
             timeout_ms: (self.config.timeout_secs * 1000) as u32,
             shim: Some(crate::api::shim::ShimV2 {
                 runtime_type: self.config.runtime_type.clone(),
-                options_type_url: options.type_url,
-                options: options.value,
+                options_type_url: options
+                    .as_ref()
+                    .map(|o| o.type_url.clone())
+                    .unwrap_or_default(),
+                options: options.map(|o| o.value).unwrap_or_default(),
                 sandbox_id: String::new(),
                 grpc_address: self.state.join("shim-v2.sock").display().to_string(),
                 socket_dir,

@@ -60,7 +60,7 @@ fn shim(
             )
         }
     };
-    match crate::shim::v2::start::info(&bin, &options, Duration::from_secs(5)) {
+    match crate::shim::v2::start::info(&bin, options.as_ref(), Duration::from_secs(5)) {
         Ok(i) => {
             let f = crate::shim::v2::start::features_json(&i)
                 .map(parse_features)

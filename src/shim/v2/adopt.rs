@@ -136,6 +136,7 @@ impl Shim {
                     ..Default::default()
                 },
                 timeout,
+                adopted: true,
                 oom_kills: 0,
             },
         );

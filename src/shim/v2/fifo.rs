@@ -42,3 +42,63 @@ pub(super) fn both_ways(path: &Path) -> Result<OwnedFd, Failure> {
     fifo(path)?;
     open(path, rustix::fs::OFlags::RDWR)
 }
+
+/// Copies a shim's `log` FIFO into the monitor's log on a thread of its
+/// own (a shim that logs while the monitor waits on its call must never
+/// block on a full FIFO). The thread reads its own end: it sees EOF, and
+/// ends, once the shim and the monitor's end held in the conn are closed.
+pub(super) fn copy_log(path: &Path) -> Result<(), Failure> {
+    use rustix::fs::OFlags;
+    let fd = open(path, OFlags::RDONLY | OFlags::NONBLOCK)?;
+    let f = std::fs::File::from(fd);
+    let flags = rustix::fs::fcntl_getfl(&f).map_err(|e| (INTERNAL, format!("fcntl: {e}")))?;
+    rustix::fs::fcntl_setfl(&f, flags - OFlags::NONBLOCK)
+        .map_err(|e| (INTERNAL, format!("fcntl: {e}")))?;
+    std::thread::Builder::new()
+        .name("v2-log".into())
+        .spawn(move || {
+            use std::io::Read;
+            let mut f = f;
+            let mut buf = [0u8; 16 * 1024];
+            while let Ok(n) = f.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                eprint!("{}", String::from_utf8_lossy(&buf[..n]));
+            }
+        })
+        .map_err(|e| (INTERNAL, format!("a thread for the shim's log: {e}")))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_chatty_shim_never_waits_on_its_log() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("log");
+        fifo(&path).expect("fifo");
+        let _held = open(&path, rustix::fs::OFlags::RDWR).expect("held");
+        copy_log(&path).expect("copy");
+        // Far more than a pipe holds, with nobody but the copier reading.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let p = path.clone();
+        std::thread::spawn(move || {
+            use std::io::Write;
+            let mut w = std::fs::OpenOptions::new()
+                .write(true)
+                .open(&p)
+                .expect("writer");
+            let line = [b'x'; 1023];
+            for _ in 0..1024 {
+                w.write_all(&line).expect("write");
+                w.write_all(b"\n").expect("write");
+            }
+            let _ = tx.send(());
+        });
+        rx.recv_timeout(std::time::Duration::from_secs(30))
+            .expect("the shim's 1 MiB of log was taken");
+    }
+}

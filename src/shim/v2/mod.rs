@@ -37,7 +37,7 @@ use crate::shim::runtime_call::Failure;
 pub use adopt::has_record;
 use client::CallError;
 use std::collections::{BTreeSet, HashMap};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -84,6 +84,8 @@ pub(super) struct Task {
     runtime: ShimV2,
     timeout: Duration,
     oom_kills: u64,
+    /// Left by a killed monitor (and killed when adopted).
+    adopted: bool,
 }
 
 /// One running shim.
@@ -114,14 +116,8 @@ impl State {
         self.tasks.contains_key(id)
     }
 
-    /// What the loop polls: the events endpoint, and the shims' logs.
+    /// What the loop polls: the events endpoint's wake pipe.
     pub fn poll_fds(&self) -> Vec<BorrowedFd<'_>> {
-        let mut v = self.events.as_ref().map(|e| e.fds()).unwrap_or_default();
-        v.extend(
-            self.conns
-                .values()
-                .filter_map(|c| c.log.as_ref().map(|l| l.as_fd())),
-        );
-        v
+        self.events.as_ref().map(|e| e.fds()).unwrap_or_default()
     }
 }

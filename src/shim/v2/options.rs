@@ -28,7 +28,8 @@ const RUNC_KEYS: &[&str] = &[
     "CriuWorkPath",
 ];
 
-/// The Any for `table`. The runc shim's `SystemdCgroup` is husk's cgroup
+/// The Any for `table` (none for a shim other than runc's when the table
+/// is empty: containerd then gives no options either). The runc shim's `SystemdCgroup` is husk's cgroup
 /// driver (`systemd`: a spec's cgroups path is then a slice's), and its
 /// `Root`, unless set, the handler's state root `root`.
 pub fn encode(
@@ -36,8 +37,11 @@ pub fn encode(
     table: &toml::Table,
     systemd: bool,
     root: &str,
-) -> Result<prost_types::Any, String> {
+) -> Result<Option<prost_types::Any>, String> {
     if !is_runc(runtime_type) {
+        if table.is_empty() {
+            return Ok(None);
+        }
         let s = |k: &str| {
             table
                 .get(k)
@@ -55,10 +59,10 @@ pub fn encode(
             },
             config_path,
         };
-        return Ok(prost_types::Any {
+        return Ok(Some(prost_types::Any {
             type_url: "runtimeoptions.v1.Options".into(),
             value: o.encode_to_vec(),
-        });
+        }));
     }
     if let Some(k) = table.keys().find(|k| !RUNC_KEYS.contains(&k.as_str())) {
         return Err(format!(
@@ -108,10 +112,10 @@ pub fn encode(
     if o.root.is_empty() {
         o.root = root.to_string();
     }
-    Ok(prost_types::Any {
+    Ok(Some(prost_types::Any {
         type_url: "containerd.runc.v1.Options".into(),
         value: o.encode_to_vec(),
-    })
+    }))
 }
 
 #[cfg(test)]
@@ -130,7 +134,8 @@ mod tests {
             true,
             "/run/husk/runtimes/shim",
         )
-        .expect("encodes");
+        .expect("encodes")
+        .expect("options");
         assert_eq!(a.type_url, "containerd.runc.v1.Options");
         let o = RuncOptions::decode(a.value.as_slice()).expect("decodes");
         assert_eq!(o.binary_name, "/usr/sbin/runc");
@@ -155,7 +160,8 @@ mod tests {
             false,
             "/r",
         )
-        .expect("encodes");
+        .expect("encodes")
+        .expect("options");
         assert_eq!(a.type_url, "runtimeoptions.v1.Options");
         let o = RuntimeOptions::decode(a.value.as_slice()).expect("decodes");
         assert_eq!(o.config_path, "/opt/kata/configuration.toml");
@@ -166,9 +172,15 @@ mod tests {
             false,
             "/r",
         )
-        .expect("encodes");
+        .expect("encodes")
+        .expect("options");
         let o = RuntimeOptions::decode(a.value.as_slice()).expect("decodes");
         assert_eq!(o.type_url, "io.containerd.runsc.v1.options");
         assert!(o.config_body.contains("Debug = true"), "{}", o.config_body);
+        // No table, no options: runwasi's shims refuse an empty body.
+        let none = encode("io.containerd.wasmtime.v1", &table(""), false, "/r");
+        assert_eq!(none, Ok(None));
+        let runc = encode("io.containerd.runc.v2", &table(""), false, "/r");
+        assert!(matches!(runc, Ok(Some(_))), "runc's Root is always given");
     }
 }

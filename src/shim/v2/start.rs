@@ -72,19 +72,21 @@ impl Launch<'_> {
                 format!("shim {bin}: {e} (cannot run it: is it installed and executable?)"),
             )
         })?;
-        let out =
-            crate::network::bounded::run(child, input, self.timeout).map_err(|e| match e {
-                crate::network::bounded::Bounded::TimedOut => (
-                    4,
-                    format!(
-                        "shim {bin} {action} did not finish within {:?}; it was killed",
-                        self.timeout
-                    ),
+        let run = if action == "start" {
+            crate::network::bounded::run_daemonizing
+        } else {
+            crate::network::bounded::run
+        };
+        let out = run(child, input, self.timeout).map_err(|e| match e {
+            crate::network::bounded::Bounded::TimedOut => (
+                4,
+                format!(
+                    "shim {bin} {action} did not finish within {:?}; it was killed",
+                    self.timeout
                 ),
-                crate::network::bounded::Bounded::Io(e) => {
-                    (13, format!("shim {bin} {action}: {e}"))
-                }
-            })?;
+            ),
+            crate::network::bounded::Bounded::Io(e) => (13, format!("shim {bin} {action}: {e}")),
+        })?;
         if !out.status.success() {
             let said = String::from_utf8_lossy(&out.stderr);
             let said = said.trim();
@@ -163,7 +165,7 @@ impl Launch<'_> {
 /// not know the flag: its error comes back.
 pub fn info(
     binary: &Path,
-    options: &prost_types::Any,
+    options: Option<&prost_types::Any>,
     timeout: Duration,
 ) -> Result<crate::api::containerd::RuntimeInfo, String> {
     let child = Command::new(binary)
@@ -174,8 +176,12 @@ pub fn info(
         .process_group(0)
         .spawn()
         .map_err(|e| format!("cannot run {}: {e}", binary.display()))?;
-    let out = crate::network::bounded::run(child, options.encode_to_vec(), timeout)
-        .map_err(|_| format!("{} -info did not answer in {timeout:?}", binary.display()))?;
+    let out = crate::network::bounded::run(
+        child,
+        options.map(|o| o.encode_to_vec()).unwrap_or_default(),
+        timeout,
+    )
+    .map_err(|_| format!("{} -info did not answer in {timeout:?}", binary.display()))?;
     if !out.status.success() {
         let said = String::from_utf8_lossy(&out.stderr);
         return Err(format!(

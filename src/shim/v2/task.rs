@@ -68,6 +68,7 @@ impl Shim {
                 runtime: sv.clone(),
                 timeout,
                 oom_kills: 0,
+                adopted: false,
             },
         );
         // A container nobody reads or writes (the pause) gets no FIFOs,
@@ -105,9 +106,16 @@ impl Shim {
                 .map_err(|e| (INTERNAL, format!("open log {}: {e}", req.log_path)))?;
             self.logs.insert(id.to_string(), w);
         }
-        let options = any(&sv.options_type_url, sv.options.clone());
-        let address =
-            self.v2_shim_for(id, Path::new(&req.bundle), &rt.path, &sv, &options, timeout)?;
+        let options = (!sv.options_type_url.is_empty())
+            .then(|| any(&sv.options_type_url, sv.options.clone()));
+        let address = self.v2_shim_for(
+            id,
+            Path::new(&req.bundle),
+            &rt.path,
+            &sv,
+            options.as_ref(),
+            timeout,
+        )?;
         if let Some(t) = self.v2.tasks.get_mut(id) {
             t.address = address.clone();
         }
@@ -119,7 +127,7 @@ impl Shim {
             stdin: in_path,
             stdout: out_path,
             stderr: err_path,
-            options: Some(options),
+            options,
             ..Default::default()
         };
         let conn = self
@@ -158,7 +166,7 @@ impl Shim {
         bundle: &Path,
         binary: &str,
         sv: &crate::api::shim::ShimV2,
-        options: &prost_types::Any,
+        options: Option<&prost_types::Any>,
         timeout: Duration,
     ) -> Result<String, Failure> {
         if sv.sandbox_id != id {
@@ -173,6 +181,7 @@ impl Shim {
             &log_path,
             rustix::fs::OFlags::RDWR | rustix::fs::OFlags::NONBLOCK,
         )?;
+        super::fifo::copy_log(&log_path)?;
         let launch = Launch {
             binary: Path::new(binary),
             id,
@@ -180,7 +189,7 @@ impl Shim {
             grpc_address: &sv.grpc_address,
             ttrpc_address: &self.dir.join("ev.sock"),
             socket_dir: &sv.socket_dir,
-            options: Some(options.clone()),
+            options: options.cloned(),
             timeout,
         };
         let started = launch.start();
@@ -287,7 +296,8 @@ impl Shim {
         let timeout = self.v2.tasks.get(id).map(|t| t.timeout).unwrap_or_default();
         // A task a killed monitor left was just killed: it is deleted once
         // gone.
-        if !self.containers.contains_key(id) && self.v2.conns.contains_key(&address) {
+        let adopted = self.v2.tasks.get(id).is_some_and(|t| t.adopted);
+        if adopted && !self.containers.contains_key(id) && self.v2.conns.contains_key(&address) {
             self.v2_wait(id);
         }
         let Some(mut c) = self.v2.conns.remove(&address) else {
@@ -340,7 +350,6 @@ impl Shim {
                     }
                     super::remove_socket(&address);
                 }
-                self.v2_drain_log(&mut c);
             } else {
                 self.v2.conns.insert(address, c);
             }

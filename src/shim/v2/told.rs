@@ -1,38 +1,15 @@
 //! What shim v2 runtimes tell the monitor: exits and OOM kills (their
-//! events), their own logs, and their deaths (a shim's server is this
+//! events), and their deaths (a shim's server is this
 //! monitor's child once its `start` exited).
 
 use super::events::Event;
 use super::start::Launch;
-use super::Conn;
 use crate::shim::monitor::{Shim, Status};
-use std::io::Read;
 use std::time::{Duration, Instant};
 
 impl Shim {
-    /// Copies what a shim logged into the monitor's log.
-    pub(super) fn v2_drain_log(&self, c: &mut Conn) {
-        let Some(fd) = &c.log else { return };
-        let mut f = std::fs::File::from(match fd.try_clone() {
-            Ok(f) => f,
-            Err(_) => return,
-        });
-        let mut buf = [0u8; 16 * 1024];
-        while let Ok(n) = f.read(&mut buf) {
-            if n == 0 {
-                break;
-            }
-            eprint!("{}", String::from_utf8_lossy(&buf[..n]));
-        }
-    }
-
-    /// Takes what the shims told and logged.
+    /// Takes what the shims told.
     pub(in crate::shim) fn v2_pump(&mut self) {
-        let mut conns = std::mem::take(&mut self.v2.conns);
-        for c in conns.values_mut() {
-            self.v2_drain_log(c);
-        }
-        self.v2.conns = conns;
         let events = match self.v2.events.as_mut() {
             Some(e) => e.pump(),
             None => return,
@@ -137,10 +114,9 @@ impl Shim {
         else {
             return false;
         };
-        let Some(mut c) = self.v2.conns.remove(&address) else {
+        let Some(c) = self.v2.conns.remove(&address) else {
             return false;
         };
-        self.v2_drain_log(&mut c);
         eprintln!("husk shim: the shim runtime at {address} (pid {pid}) died");
         // A shim killed leaves its socket: no later `start` of its group
         // would come to replace it.
