@@ -45,15 +45,11 @@ fn wasm() -> Vec<u8> {
     std::fs::read(out).unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread")]
-#[ignore = "needs runwasi's containerd-shim-wasmtime-v1 (HUSK_WASMTIME_SHIM)"]
-async fn a_wasi_program_runs_in_a_pod_through_runwasi() {
-    if !common::require_root() {
-        return;
-    }
+/// husk's config: runwasi's wasmtime shim as the `wasmtime` handler.
+fn config() -> String {
     let shim = std::env::var("HUSK_WASMTIME_SHIM")
         .expect("HUSK_WASMTIME_SHIM names runwasi's containerd-shim-wasmtime-v1");
-    let config = format!(
+    format!(
         r#"
 [runtimes.wasmtime]
 type = "shim"
@@ -61,8 +57,12 @@ runtime_type = "io.containerd.wasmtime.v1"
 path = "{shim}"
 timeout_secs = 20
 "#
-    );
-    let p = pod::setup_config(vec![], "/usr/lib/cni", vec![], &config).await;
+    )
+}
+
+/// `wasm/hello:v1`: an image whose layer carries the module, its
+/// entrypoint the module (runwasi's image with the module in its rootfs).
+async fn push_wasm(reg: &common::registry::Registry) {
     let img = Image::with_config(
         vec![Layer::new(
             &[Entry::File("hello.wasm".into(), wasm(), 0o755)],
@@ -71,9 +71,20 @@ timeout_secs = 20
         "amd64",
         serde_json::json!({"Entrypoint": ["/hello.wasm"]}),
     );
-    Pusher::new(&p.reg)
+    Pusher::new(reg)
         .image("wasm/hello", "v1", &img, Format::Oci)
         .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs runwasi's containerd-shim-wasmtime-v1 (HUSK_WASMTIME_SHIM)"]
+async fn a_wasi_program_runs_in_a_pod_through_runwasi() {
+    if !common::require_root() {
+        return;
+    }
+    let config = config();
+    let p = pod::setup_config(vec![], "/usr/lib/cni", vec![], &config).await;
+    push_wasm(&p.reg).await;
     let image = format!("{}/wasm/hello:v1", p.reg.host());
     p.h.pull(&image).await.unwrap();
 
@@ -112,4 +123,47 @@ timeout_secs = 20
     .await
     .unwrap();
     assert_eq!(leftovers(&p), Vec::<String>::new());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs runwasi's containerd-shim-wasmtime-v1 (HUSK_WASMTIME_SHIM)"]
+async fn a_wasm_pod_runs_through_the_kubelet_with_a_runtime_class() {
+    if !common::require_root() {
+        return;
+    }
+    let env = common::cluster::env_config(&config()).await;
+    push_wasm(&env.p.reg).await;
+    env.api.s.create(
+        "/apis/node.k8s.io/v1/runtimeclasses",
+        serde_json::json!({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+               "metadata": {"name": "wasm"}, "handler": "wasmtime"}),
+    );
+    env.api.s.create(
+        "/api/v1/namespaces/default/pods",
+        serde_json::json!({"metadata": {"name": "wasi"},
+               "spec": {"nodeName": env.k.node, "runtimeClassName": "wasm",
+                        "restartPolicy": "Never", "terminationGracePeriodSeconds": 5,
+                        "containers": [{"name": "hello",
+                                        "image": format!("{}/wasm/hello:v1", env.p.reg.host())}]}}),
+    );
+    let done = env
+        .wait(&env.pod_path("wasi"), "the module's exit", 90, |v| {
+            v["status"]["phase"] == "Failed"
+        })
+        .await;
+    let t = &done["status"]["containerStatuses"][0]["state"]["terminated"];
+    assert_eq!(t["exitCode"], 3, "{done}");
+    let mut rt = env.p.h.runtime().await;
+    let sb = rt
+        .list_pod_sandbox(ListPodSandboxRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .items;
+    assert_eq!(sb.len(), 1);
+    assert_eq!(sb[0].runtime_handler, "wasmtime");
+    let logs = common::kubelet::logs(&env.k, &done, "hello").join("\n");
+    assert!(logs.contains("hello from wasm"), "{logs:?}");
+    env.api.s.delete(&env.pod_path("wasi"), Some(0));
+    env.wait_gone(&env.pod_path("wasi"), 60).await;
 }

@@ -42,7 +42,12 @@ pub async fn env_with(token: &str, extra: Vec<String>) -> Env {
 
 /// `env_with`, with flags for husk serve too.
 pub async fn env_full(token: &str, husk_args: Vec<String>, extra: Vec<String>) -> Env {
-    start_env(token, husk_args, None, extra).await
+    start_env(token, husk_args, "", None, extra).await
+}
+
+/// `env`, the server's config file holding `config`.
+pub async fn env_config(config: &str) -> Env {
+    start_env(TOKEN, vec![], config, None, vec![]).await
 }
 
 /// A kubelet that joins by TLS bootstrap: `--bootstrap-kubeconfig` holds
@@ -51,6 +56,7 @@ pub async fn env_bootstrap(extra: Vec<String>) -> Env {
     start_env(
         TOKEN,
         vec![],
+        "",
         Some(Box::new(|port| kubeconfig_text("http", port, TOKEN, ""))),
         extra,
     )
@@ -63,7 +69,7 @@ pub async fn env_bootstrap_via(
     front: impl FnOnce(u16) -> String + 'static,
     extra: Vec<String>,
 ) -> Env {
-    start_env(TOKEN, vec![], Some(Box::new(front)), extra).await
+    start_env(TOKEN, vec![], "", Some(Box::new(front)), extra).await
 }
 
 /// A kubeconfig for `scheme://127.0.0.1:port` with a bearer token and,
@@ -81,15 +87,17 @@ pub fn kubeconfig_text(scheme: &str, port: u16, token: &str, ca_b64: &str) -> St
 
 type Front = Box<dyn FnOnce(u16) -> String>;
 
-/// The environment; with `bootstrap`, the kubelet joins by TLS bootstrap
+/// The environment (the server's config file holding `config`); with
+/// `bootstrap`, the kubelet joins by TLS bootstrap
 /// with the kubeconfig it writes.
 async fn start_env(
     token: &str,
     husk_args: Vec<String>,
+    config: &str,
     bootstrap: Option<Front>,
     extra: Vec<String>,
 ) -> Env {
-    let p = pod::setup_with(vec![], "/usr/lib/cni", husk_args).await;
+    let p = pod::setup_config(vec![], "/usr/lib/cni", husk_args, config).await;
     let pusher = Pusher::new(&p.reg);
     let img = Image::new(vec![Layer::new(&busybox_entries(), Compression::Gzip)]);
     pusher.image("test/busybox", "1", &img, Format::Oci).await;
