@@ -142,7 +142,25 @@ impl ContainerManager {
     fn shim_exec_controls(&self, pio: &mut ProcessIo, exec_id: &str, id: String) {
         let sandbox = self.get(&id).map(|r| r.sandbox_id).unwrap_or_default();
         let dir = self.sandboxes.shim_dir(&sandbox);
-        let (d, i, e) = (dir.clone(), id.clone(), exec_id.to_string());
+        self.shim_resizer(pio, exec_id, id.clone());
+        let e = exec_id.to_string();
+        pio.stdin_closer = Some(Box::pin(async move {
+            let _ = tokio::task::spawn_blocking(move || {
+                super::manager::shim_call(
+                    &dir,
+                    Request::CloseStdin(crate::api::shim::CloseStdinRequest { id, exec_id: e }),
+                )
+            })
+            .await;
+        }));
+    }
+
+    /// Resizes of a terminal that a shim v2 runtime holds (an exec's, or
+    /// with `exec_id` empty the container's own) go to its shim.
+    fn shim_resizer(&self, pio: &mut ProcessIo, exec_id: &str, id: String) {
+        let sandbox = self.get(&id).map(|r| r.sandbox_id).unwrap_or_default();
+        let dir = self.sandboxes.shim_dir(&sandbox);
+        let (d, i, e) = (dir, id, exec_id.to_string());
         pio.resizer = Some(Arc::new(move |width: u16, height: u16| {
             let (d, i, e) = (d.clone(), i.clone(), e.clone());
             Box::pin(async move {
@@ -160,16 +178,6 @@ impl ContainerManager {
                 .await;
             })
         }));
-        let e = exec_id.to_string();
-        pio.stdin_closer = Some(Box::pin(async move {
-            let _ = tokio::task::spawn_blocking(move || {
-                super::manager::shim_call(
-                    &dir,
-                    Request::CloseStdin(crate::api::shim::CloseStdinRequest { id, exec_id: e }),
-                )
-            })
-            .await;
-        }));
     }
 
     /// Joins the running container's stdio.
@@ -179,7 +187,12 @@ impl ContainerManager {
         o: StdioOpts,
     ) -> Result<ProcessIo, SandboxError> {
         let id = self.running(id)?;
-        let stdin_once = self.saved_config(&id).is_some_and(|c| c.stdin_once);
+        let config = self.saved_config(&id);
+        let stdin_once = config.as_ref().is_some_and(|c| c.stdin_once);
+        // A tty a shim v2 runtime holds is resized through the shim.
+        let sandbox = self.get(&id).map(|r| r.sandbox_id).unwrap_or_default();
+        let runtime_tty = config.is_some_and(|c| c.tty) && self.under_shim(&sandbox);
+        let id_for_resize = id.clone();
         let req = AttachRequest {
             id: id.clone(),
             stdin: o.stdin,
@@ -192,6 +205,9 @@ impl ContainerManager {
                 .await
                 .map_err(|e| SandboxError::Shim(e.to_string()))??;
         let mut pio = Self::process_io(&which, fds);
+        if runtime_tty {
+            self.shim_resizer(&mut pio, "", id_for_resize);
+        }
         pio.control = Some(Box::new(conn));
         // Ends with stdin unless stdin_once without a tty.
         pio.end_with_stdin = o.stdin && (!stdin_once || o.tty);
