@@ -3,7 +3,8 @@
 //! github.com/containerd/nri v0.12.0, pkg/api; spoken over ttrpc by
 //! `src/nri`, so no gRPC stubs), the subset of containerd's shim v2 API
 //! that husk's shim speaks to shim runtimes (`src/shim/v2`, over ttrpc
-//! too) with a vendored protoc, so the build does
+//! too), and the subset of containerd's services husk serves to shim
+//! runtimes (`src/server/containerd_api`) with a vendored protoc, so the build does
 //! not depend on the host's protobuf compiler version.
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let protoc = protoc_bin_vendored::protoc_bin_path()?;
@@ -18,6 +19,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "proto/k8s/cri/v1/api.proto",
             "proto/husk/v1/admin.proto",
             "proto/husk/v1/shim.proto",
+            "proto/containerd/services/containers.proto",
+            "proto/containerd/services/images.proto",
+            "proto/containerd/services/content.proto",
+            "proto/containerd/services/leases.proto",
         ],
         &["proto"],
     )?;

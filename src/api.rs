@@ -1,7 +1,9 @@
 //! Generated gRPC code: CRI v1 (`runtime.v1`, from the vendored
 //! k8s.io/cri-api proto), husk's own admin API (`husk.v1`) and NRI's
 //! messages (`nri.pkg.api.v1alpha1`, spoken over ttrpc by `nri/`),
-//! containerd's shim v2 messages (`husk.containerd.v2`, by `shim/v2/`); and
+//! containerd's shim v2 messages (`husk.containerd.v2`, by `shim/v2/`),
+//! the containerd services served to shim runtimes (`containerd.services.*`,
+//! by `server/containerd_api/`); and
 //! the channel a client opens to an endpoint's unix socket.
 
 use tonic::transport::{Channel, Endpoint};
@@ -29,6 +31,24 @@ pub mod nri {
 #[allow(clippy::all, clippy::unwrap_used, missing_docs)]
 pub mod containerd {
     tonic::include_proto!("husk.containerd.v2");
+}
+
+/// The containerd services husk serves to shim v2 runtimes (their
+/// containerd package names are the gRPC paths).
+#[allow(clippy::all, clippy::unwrap_used, missing_docs)]
+pub mod containerd_services {
+    pub mod containers {
+        tonic::include_proto!("containerd.services.containers.v1");
+    }
+    pub mod images {
+        tonic::include_proto!("containerd.services.images.v1");
+    }
+    pub mod content {
+        tonic::include_proto!("containerd.services.content.v1");
+    }
+    pub mod leases {
+        tonic::include_proto!("containerd.services.leases.v1");
+    }
 }
 
 /// Connects to `unix:///path` (or a bare path).

@@ -76,6 +76,42 @@ async fn push_wasm(reg: &common::registry::Registry) {
         .await;
 }
 
+/// `wasm/oci:v1`: runwasi's OCI WebAssembly image: the module itself is
+/// the layer (`application/vnd.bytecodealliance.wasm.component.layer.v0+wasm`),
+/// the config's platform wasip1/wasm with no filesystem layer. Returns the
+/// layer's digest.
+async fn push_wasm_oci(reg: &common::registry::Registry) -> String {
+    let module = wasm();
+    let pusher = Pusher::new(reg);
+    let layer = pusher.blob("wasm/oci", &module).await;
+    let config = serde_json::to_vec(&serde_json::json!({
+        "architecture": "wasm", "os": "wasip1",
+        "config": {"Entrypoint": ["hello.wasm"]},
+        "rootfs": {"type": "layers", "diff_ids": []}
+    }))
+    .unwrap();
+    let config_digest = pusher.blob("wasm/oci", &config).await;
+    let manifest = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                   "digest": config_digest, "size": config.len()},
+        "layers": [{"mediaType": WASM_LAYER, "digest": layer, "size": module.len()}]
+    }))
+    .unwrap();
+    pusher
+        .manifest(
+            "wasm/oci",
+            "v1",
+            &manifest,
+            "application/vnd.oci.image.manifest.v1+json",
+        )
+        .await;
+    layer
+}
+
+const WASM_LAYER: &str = "application/vnd.bytecodealliance.wasm.component.layer.v0+wasm";
+
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "needs runwasi's containerd-shim-wasmtime-v1 (HUSK_WASMTIME_SHIM)"]
 async fn a_wasi_program_runs_in_a_pod_through_runwasi() {
@@ -166,4 +202,72 @@ async fn a_wasm_pod_runs_through_the_kubelet_with_a_runtime_class() {
     assert!(logs.contains("hello from wasm"), "{logs:?}");
     env.api.s.delete(&env.pod_path("wasi"), Some(0));
     env.wait_gone(&env.pod_path("wasi"), 60).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs runwasi's containerd-shim-wasmtime-v1 (HUSK_WASMTIME_SHIM)"]
+async fn an_oci_wasm_image_runs_from_the_content_store() {
+    use husk::api::containerd_services::content::{content_client::ContentClient, InfoRequest};
+    if !common::require_root() {
+        return;
+    }
+    let p = pod::setup_config(vec![], "/usr/lib/cni", vec![], &config()).await;
+    let layer = push_wasm_oci(&p.reg).await;
+    let image = format!("{}/wasm/oci:v1", p.reg.host());
+    p.h.pull(&image).await.unwrap();
+    let pc = pod_config(&p, "wasm");
+    let pod_id = run_under(&p.h, pc.clone(), "wasmtime").await.unwrap();
+    // Twice: the first run compiles the module and stores it, the second
+    // runs what was stored.
+    for name in ["first", "second"] {
+        let mut c = ccfg(&image, name, &[], &[]);
+        c.command = vec![];
+        let id = create_start(&p.h, &pod_id, &pc, c).await;
+        let st = wait_for!(60, "the module to exit", {
+            let st = container_status(&p.h, &id).await;
+            (st.state == ContainerState::ContainerExited as i32).then_some(st)
+        });
+        assert_eq!(st.exit_code, 3, "{name}: {st:?}");
+        let log = std::path::Path::new(&pc.log_directory).join(format!("{name}/0.log"));
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        assert!(
+            text.contains(" stdout F hello from wasm"),
+            "{name}: {text:?}"
+        );
+    }
+    // The shim's precompiled module is in husk's store, named by a label
+    // on the layer.
+    let ch = husk::api::connect(&format!(
+        "unix://{}",
+        p.h.dir.path().join("run").join("shim-v2.sock").display()
+    ))
+    .await
+    .unwrap();
+    let info = ContentClient::new(ch)
+        .info(InfoRequest {
+            digest: layer.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .info
+        .unwrap();
+    assert!(
+        info.labels
+            .keys()
+            .any(|k| k.starts_with("runwasi.io/precompiled/wasmtime/")),
+        "{info:?}"
+    );
+    let mut rt = p.h.runtime().await;
+    rt.stop_pod_sandbox(StopPodSandboxRequest {
+        pod_sandbox_id: pod_id.clone(),
+    })
+    .await
+    .unwrap();
+    rt.remove_pod_sandbox(RemovePodSandboxRequest {
+        pod_sandbox_id: pod_id,
+    })
+    .await
+    .unwrap();
+    assert_eq!(leftovers(&p), Vec::<String>::new());
 }

@@ -373,6 +373,7 @@ impl ContainerManager {
             .map_err(SandboxError::io("write container spec"))?;
         steps.end("spec");
         self.watch_pod_exits(sandbox_id);
+        let creating = Creating::new(self, &rec);
         let made = shim_call(
             &self.sandboxes.shim_dir(sandbox_id),
             Request::Create(CreateRequest {
@@ -386,7 +387,9 @@ impl ContainerManager {
                 oci: crate::sandbox::handlers::for_pod(oci, sandbox_id),
                 ..Default::default()
             }),
-        )?;
+        );
+        drop(creating);
+        let made = made?;
         let runtime = Duration::from_micros(made.runtime_us);
         steps.end_split("shim create", "runtime create", runtime);
         let res = c.linux.as_ref().and_then(|l| l.resources.as_ref());
@@ -408,6 +411,30 @@ impl ContainerManager {
         steps.finish();
         tracing::info!(container_id = %id, pod_sandbox_id = %sandbox_id, "container created");
         Ok(())
+    }
+}
+
+/// A container listed as being created for as long as its runtime's
+/// create runs.
+struct Creating<'a>(&'a ContainerManager, String);
+
+impl<'a> Creating<'a> {
+    fn new(m: &'a ContainerManager, rec: &ContainerRecord) -> Creating<'a> {
+        m.creating
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(rec.id.clone(), rec.clone());
+        Creating(m, rec.id.clone())
+    }
+}
+
+impl Drop for Creating<'_> {
+    fn drop(&mut self) {
+        self.0
+            .creating
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.1);
     }
 }
 

@@ -46,6 +46,9 @@ pub struct ContainerManager {
     pub(super) cdi_dirs: std::sync::RwLock<Vec<PathBuf>>,
     /// The node's block I/O classes (`[cgroup] blockio_config_file`).
     pub(super) blockio_config: std::sync::RwLock<PathBuf>,
+    /// Containers whose runtime is creating them (not yet recorded): a
+    /// shim v2 runtime asks for a container's image during its create.
+    pub(super) creating: std::sync::Mutex<HashMap<String, ContainerRecord>>,
 }
 
 pub(super) fn err(e: impl std::fmt::Display) -> SandboxError {
@@ -107,6 +110,7 @@ impl ContainerManager {
             layer_usage: Default::default(),
             cdi_dirs: std::sync::RwLock::new(crate::config::CdiConfig::default().spec_dirs),
             blockio_config: std::sync::RwLock::default(),
+            creating: std::sync::Mutex::default(),
         };
         for dir in unfinished {
             let id = dir
@@ -156,6 +160,17 @@ impl ContainerManager {
         std::fs::read(self.dir(id).join("config.pb"))
             .ok()
             .and_then(|b| ContainerConfig::decode(b.as_slice()).ok())
+    }
+
+    /// A container by id, or one its runtime is creating now.
+    pub fn get_or_creating(&self, id: &str) -> Option<ContainerRecord> {
+        self.get(id).or_else(|| {
+            self.creating
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(id)
+                .cloned()
+        })
     }
 
     pub fn get(&self, id: &str) -> Option<ContainerRecord> {

@@ -340,8 +340,22 @@ impl ImageManager {
             .collect()
     }
 
-    /// The committed snapshot dirs of an image, bottom first.
+    /// A committed blob's path, when the store has it.
+    pub fn blob_path(&self, digest: &str) -> Option<PathBuf> {
+        self.content.has(digest).then(|| self.content.path(digest))
+    }
+
+    /// Stores `data` as the blob `digest` (verified against it).
+    pub fn put_blob(&self, digest: &str, data: &[u8]) -> Result<(), ImageError> {
+        self.content.put(digest, data)
+    }
+
+    /// The committed snapshot dirs of an image, bottom first (an empty dir
+    /// for an image without filesystem layers).
     pub fn layer_dirs(&self, rec: &ImageRecord) -> Result<Vec<PathBuf>, ImageError> {
+        if rec.chain_ids.is_empty() {
+            return Ok(vec![self.snapshots.empty()?]);
+        }
         rec.chain_ids
             .iter()
             .map(|c| {

@@ -14,6 +14,15 @@ pub const OCI_CONFIG: &str = "application/vnd.oci.image.config.v1+json";
 pub const DOCKER_CONFIG: &str = "application/vnd.docker.container.image.v1+json";
 pub const DOCKER_LAYER_GZIP: &str = "application/vnd.docker.image.rootfs.diff.tar.gzip";
 
+/// Whether a manifest's layer is a filesystem layer to unpack (OCI's and
+/// Docker's tar layers, as containerd's `IsLayerType`; a descriptor with
+/// no media type is taken as one). Anything else is a blob to keep.
+pub fn is_layer(media_type: &str) -> bool {
+    media_type.is_empty()
+        || media_type.starts_with("application/vnd.oci.image.layer.")
+        || media_type.starts_with("application/vnd.docker.image.rootfs.")
+}
+
 /// The Accept header for manifest requests, in preference order.
 pub const MANIFEST_ACCEPT: &str = "application/vnd.oci.image.index.v1+json, application/vnd.docker.distribution.manifest.list.v2+json, application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json";
 

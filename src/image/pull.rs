@@ -306,7 +306,15 @@ impl ImageManager {
         source: Option<(&Reference, &Credentials)>,
         progress: &Arc<Progress>,
     ) -> Result<ImageRecord, ImageError> {
-        let layers = &p.manifest.layers;
+        // What is not a filesystem layer (a WebAssembly module, an
+        // artifact) is kept as a blob, not unpacked, as containerd does.
+        let (layers, artifacts): (Vec<Descriptor>, Vec<Descriptor>) = p
+            .manifest
+            .layers
+            .iter()
+            .cloned()
+            .partition(|l| super::manifest::is_layer(&l.media_type));
+        let layers = &layers;
         let diff_ids = &p.config.rootfs.diff_ids;
         if layers.len() != diff_ids.len() {
             return Err(ImageError::Invalid(format!(
@@ -436,6 +444,30 @@ impl ImageManager {
             parents.push(dir);
         }
 
+        for a in &artifacts {
+            if self.content.has(&a.digest) {
+                ImageManager::progress_add(progress, a.size);
+                continue;
+            }
+            let Some((r, creds)) = source else {
+                return Err(ImageError::Invalid(format!("blob {} is missing", a.digest)));
+            };
+            let (feed, _) = watch::channel(Feed::default());
+            self.clone()
+                .fetch_blob(BlobJob {
+                    reference: r.clone(),
+                    desc: a.clone(),
+                    creds: creds.clone(),
+                    progress: progress.clone(),
+                    permits: permits.clone(),
+                    feed,
+                    turn: turn.clone(),
+                    order: spawned,
+                })
+                .await?;
+            spawned += 1;
+        }
+
         let user = p
             .config
             .config
@@ -450,10 +482,11 @@ impl ImageManager {
             manifest_digest: p.manifest_digest,
             index_digest: p.index_digest,
             layers: layers.iter().map(|l| l.digest.clone()).collect(),
+            artifacts: artifacts.iter().map(|l| l.digest.clone()).collect(),
             chain_ids: chains,
             size: p.manifest_size
                 + p.manifest.config.size
-                + layers.iter().map(|l| l.size).sum::<u64>(),
+                + p.manifest.layers.iter().map(|l| l.size).sum::<u64>(),
             user,
             pinned: false,
             created_ns: now_ns(),

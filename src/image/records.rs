@@ -31,6 +31,10 @@ pub struct ImageRecord {
     pub index_digest: Option<String>,
     /// Compressed layer digests, bottom first.
     pub layers: Vec<String>,
+    /// Blobs of the manifest that are not filesystem layers (kept, not
+    /// unpacked: a WebAssembly module its runtime reads from the store).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub artifacts: Vec<String>,
     pub chain_ids: Vec<String>,
     /// Manifest + config + compressed layers, in bytes.
     pub size: u64,
@@ -46,6 +50,7 @@ impl ImageRecord {
     pub fn blobs(&self) -> impl Iterator<Item = &str> {
         self.layers
             .iter()
+            .chain(&self.artifacts)
             .map(String::as_str)
             .chain([self.manifest_digest.as_str(), self.id.as_str()])
             .chain(self.index_digest.as_deref())

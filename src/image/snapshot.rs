@@ -10,6 +10,8 @@
 //!   names is an unfinished apply and is removed when the store opens.
 //! - `<id>/merged`, `<id>/work`: exist only while a layer is being applied
 //!   onto a temporary overlay of its parents.
+//! - `empty`: the lowerdir of an image with no filesystem layer (a
+//!   WebAssembly image whose module is a blob).
 
 use super::error::ImageError;
 use super::unpack::{self, Applied};
@@ -89,6 +91,18 @@ impl Snapshots {
         }
         s.next.store(max + 1, Ordering::SeqCst);
         Ok(s)
+    }
+
+    /// An empty, read-only-by-convention dir: the one lowerdir of an
+    /// image without filesystem layers (overlayfs needs one).
+    pub fn empty(&self) -> Result<PathBuf, ImageError> {
+        let p = self.dir.join("empty");
+        match fs::create_dir(&p) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(ImageError::io(format!("create {}", p.display()), e)),
+        }
+        Ok(p)
     }
 
     fn id_dir(&self, id: u64) -> PathBuf {

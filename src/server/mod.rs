@@ -8,6 +8,7 @@
 
 pub mod admin;
 pub mod chunks;
+mod containerd_api;
 pub mod deadline;
 pub mod h2front;
 pub(crate) mod idle;
@@ -16,7 +17,6 @@ pub mod instrument;
 pub mod prometheus;
 pub mod reload;
 pub mod runtime;
-mod shim_address;
 pub mod status;
 pub mod streaming;
 
@@ -234,7 +234,7 @@ pub async fn serve(cfg: Config, reload: Option<reload::Reloader>) -> anyhow::Res
     };
 
     idle::spawn_trimmer();
-    shim_address::spawn(&cfg.state)?;
+    containerd_api::spawn(&cfg.state, state.clone())?;
     tracing::info!(listen = %cfg.listen.display(), root = %cfg.root.display(), version = env!("CARGO_PKG_VERSION"), "husk serve listening");
     let result = tonic::transport::Server::builder()
         .trace_fn(|req| tracing::debug_span!("rpc", method = %req.uri().path()))
