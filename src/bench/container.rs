@@ -134,6 +134,8 @@ pub async fn bench_containers(
         let mut tasks = Vec::new();
         for i in 0..parallel {
             let mut tt = Target::connect(&t.name, &t.endpoint).await?;
+            // The pods name the handler the run measures.
+            tt.handler = t.handler.clone();
             let image = image.to_string();
             tasks.push(tokio::spawn(async move {
                 let sc = pod_config(&format!("p{k}"), i, &tt.cgroup_parent);
