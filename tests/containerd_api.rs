@@ -8,7 +8,7 @@
 mod common;
 
 use common::ctr::*;
-use common::images::{random_bytes, Pusher};
+use common::images::{push_wasm_oci, random_bytes};
 use common::pod::{self, leftovers, run};
 use husk::api::containerd_services::containers::{
     containers_client::ContainersClient, GetContainerRequest,
@@ -24,8 +24,6 @@ use husk::api::containerd_services::leases::{
 use husk::api::cri::*;
 use tonic::transport::Channel;
 use tonic::Code;
-
-const WASM_LAYER: &str = "application/vnd.bytecodealliance.wasm.component.layer.v0+wasm";
 
 async fn channel(p: &pod::Pod) -> Channel {
     let sock = p.h.dir.path().join("run").join("shim-v2.sock");
@@ -155,31 +153,7 @@ async fn shims_find_containers_images_and_content_and_store_what_they_compiled()
     // An OCI WebAssembly image: its module layer is kept, not unpacked,
     // and read back whole or in part.
     let module = random_bytes(3 << 20, 7);
-    let pusher = Pusher::new(&p.reg);
-    let layer = pusher.blob("wasm/oci", &module).await;
-    let config = serde_json::to_vec(&serde_json::json!({
-        "architecture": "wasm", "os": "wasip1",
-        "config": {"Entrypoint": ["m.wasm"]},
-        "rootfs": {"type": "layers", "diff_ids": []}
-    }))
-    .unwrap();
-    let config_digest = pusher.blob("wasm/oci", &config).await;
-    let body = serde_json::to_vec(&serde_json::json!({
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
-                   "digest": config_digest, "size": config.len()},
-        "layers": [{"mediaType": WASM_LAYER, "digest": layer, "size": module.len()}]
-    }))
-    .unwrap();
-    pusher
-        .manifest(
-            "wasm/oci",
-            "v1",
-            &body,
-            "application/vnd.oci.image.manifest.v1+json",
-        )
-        .await;
+    let (layer, manifest_digest) = push_wasm_oci(&p.reg, "wasm/oci", "v1", &module).await;
     let wasm = format!("{}/wasm/oci:v1", p.reg.host());
     p.h.pull(&wasm).await.unwrap();
     let w = images
@@ -189,7 +163,7 @@ async fn shims_find_containers_images_and_content_and_store_what_they_compiled()
         .into_inner()
         .image
         .unwrap();
-    assert_eq!(w.target.unwrap().digest, sha256(&body));
+    assert_eq!(w.target.unwrap().digest, manifest_digest);
     assert_eq!(read_all(&mut content, &layer, 0, 0).await, module);
     assert_eq!(
         read_all(&mut content, &layer, (1 << 20) + 5, 10).await,

@@ -319,7 +319,7 @@ BinaryName = "/nonexistent/runc"
 
 #[tokio::test(flavor = "multi_thread")]
 async fn streams_updates_and_stats_go_through_the_shim() {
-    use common::stream::{attach_echo, exec_url, stdio, wait_until};
+    use common::stream::{attach_echo, attach_tty_resized, exec_url, stdio, wait_until, TTY_ECHO};
     use husk::streaming::client::{self, Tls, Transport};
     use tokio::io::AsyncWriteExt;
     if !common::require_root() {
@@ -381,54 +381,13 @@ async fn streams_updates_and_stats_go_through_the_shim() {
 
     // Attach to a container whose terminal the runtime holds: a resize
     // goes through the shim's ResizePty.
-    let mut c = ccfg(
-        &app,
-        "term",
-        &[
-            "sh",
-            "-c",
-            "test -t 0 && echo on-a-tty; while read l; do echo got $l; stty size; done",
-        ],
-        &[],
-    );
+    let mut c = ccfg(&app, "term", &["sh", "-c", TTY_ECHO], &[]);
     c.tty = true;
     c.stdin = true;
     let term = create_start(&p.h, &pod_id, &pc, c).await;
     let log = std::path::Path::new(&pc.log_directory).join("term/0.log");
-    wait_until("the tty's output in the log", || {
-        std::fs::read_to_string(&log)
-            .unwrap_or_default()
-            .contains("on-a-tty")
-    })
-    .await;
-    let url = rt
-        .attach(AttachRequest {
-            container_id: term.clone(),
-            stdin: true,
-            stdout: true,
-            tty: true,
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .url;
-    let (stdin_r, mut stdin_w) = tokio::io::duplex(1024);
-    let (rtx, rrx) = tokio::sync::mpsc::channel(4);
-    let (mut io, out, _) = stdio(Some(Box::new(stdin_r)), true);
-    io.resize = Some(rrx);
-    let session = tokio::spawn(async move {
-        client::remotecommand(&url, Transport::WebSocket, &Tls::default(), io).await
-    });
-    rtx.send((100, 40)).await.unwrap();
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    stdin_w.write_all(b"hello\n").await.unwrap();
-    wait_until("the answer through the runtime's terminal", || {
-        out.text().contains("40 100")
-    })
-    .await;
-    assert!(out.text().contains("got hello"), "{:?}", out.text());
-    session.abort();
+    let out = attach_tty_resized(&mut rt, &term, &log, Transport::WebSocket).await;
+    assert!(out.contains("got hello"), "{out:?}");
 
     // An update goes through the shim's Update (runc update), stats come
     // from its Stats.

@@ -76,42 +76,6 @@ async fn push_wasm(reg: &common::registry::Registry) {
         .await;
 }
 
-/// `wasm/oci:v1`: runwasi's OCI WebAssembly image: the module itself is
-/// the layer (`application/vnd.bytecodealliance.wasm.component.layer.v0+wasm`),
-/// the config's platform wasip1/wasm with no filesystem layer. Returns the
-/// layer's digest.
-async fn push_wasm_oci(reg: &common::registry::Registry) -> String {
-    let module = wasm();
-    let pusher = Pusher::new(reg);
-    let layer = pusher.blob("wasm/oci", &module).await;
-    let config = serde_json::to_vec(&serde_json::json!({
-        "architecture": "wasm", "os": "wasip1",
-        "config": {"Entrypoint": ["hello.wasm"]},
-        "rootfs": {"type": "layers", "diff_ids": []}
-    }))
-    .unwrap();
-    let config_digest = pusher.blob("wasm/oci", &config).await;
-    let manifest = serde_json::to_vec(&serde_json::json!({
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
-                   "digest": config_digest, "size": config.len()},
-        "layers": [{"mediaType": WASM_LAYER, "digest": layer, "size": module.len()}]
-    }))
-    .unwrap();
-    pusher
-        .manifest(
-            "wasm/oci",
-            "v1",
-            &manifest,
-            "application/vnd.oci.image.manifest.v1+json",
-        )
-        .await;
-    layer
-}
-
-const WASM_LAYER: &str = "application/vnd.bytecodealliance.wasm.component.layer.v0+wasm";
-
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "needs runwasi's containerd-shim-wasmtime-v1 (HUSK_WASMTIME_SHIM)"]
 async fn a_wasi_program_runs_in_a_pod_through_runwasi() {
@@ -212,7 +176,7 @@ async fn an_oci_wasm_image_runs_from_the_content_store() {
         return;
     }
     let p = pod::setup_config(vec![], "/usr/lib/cni", vec![], &config()).await;
-    let layer = push_wasm_oci(&p.reg).await;
+    let (layer, _) = common::images::push_wasm_oci(&p.reg, "wasm/oci", "v1", &wasm()).await;
     let image = format!("{}/wasm/oci:v1", p.reg.host());
     p.h.pull(&image).await.unwrap();
     let pc = pod_config(&p, "wasm");

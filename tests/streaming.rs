@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::stream::{attach_echo, exec_url, stdio, wait_until};
+use common::stream::{attach_echo, attach_tty_resized, exec_url, stdio, wait_until, TTY_ECHO};
 
 use common::ctr::{create_start, pod_config};
 use common::images::*;
@@ -626,55 +626,15 @@ async fn tty_container_logs_and_attach_with_resize() {
     let image = app_image(&p).await;
     let pc = pod_config(&p, "tty");
     let pod = run(&p.h, pc.clone()).await.unwrap();
-    let mut c = ccfg(
-        &image,
-        "term",
-        &[
-            "sh",
-            "-c",
-            "test -t 0 && echo on-a-tty; while read l; do echo got $l; stty size; done",
-        ],
-    );
+    let mut c = ccfg(&image, "term", &["sh", "-c", TTY_ECHO]);
     c.tty = true;
     c.stdin = true;
     let id = create_start(&p.h, &pod, &pc, c).await;
     let log = std::path::Path::new(&pc.log_directory).join("term/0.log");
-    wait_until("the tty's output in the log", || {
-        std::fs::read_to_string(&log)
-            .unwrap_or_default()
-            .contains("on-a-tty")
-    })
-    .await;
     for t in BOTH {
-        let url =
-            p.h.runtime()
-                .await
-                .attach(AttachRequest {
-                    container_id: id.clone(),
-                    stdin: true,
-                    stdout: true,
-                    tty: true,
-                    ..Default::default()
-                })
-                .await
-                .unwrap()
-                .into_inner()
-                .url;
-        let (stdin_r, mut stdin_w) = tokio::io::duplex(1024);
-        let (rtx, rrx) = tokio::sync::mpsc::channel(4);
-        let (mut io, out, _) = stdio(Some(Box::new(stdin_r)), true);
-        io.resize = Some(rrx);
-        let session =
-            tokio::spawn(async move { client::remotecommand(&url, t, &Tls::default(), io).await });
-        rtx.send((100, 40)).await.unwrap();
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        stdin_w.write_all(b"hello\n").await.unwrap();
-        wait_until("the answer through the terminal", || {
-            out.text().contains("40 100")
-        })
-        .await;
-        assert!(out.text().contains("got hello"), "{t:?}: {:?}", out.text());
-        session.abort();
+        let mut rt = p.h.runtime().await;
+        let out = attach_tty_resized(&mut rt, &id, &log, t).await;
+        assert!(out.contains("got hello"), "{t:?}: {out:?}");
     }
     assert!(std::fs::read_to_string(&log).unwrap().contains("got hello"));
     let mut rt = p.h.runtime().await;

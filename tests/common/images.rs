@@ -400,3 +400,44 @@ pub fn big_image() -> Image {
     }
     Image::new(layers)
 }
+
+/// The media type of runwasi's WebAssembly layers.
+pub const WASM_LAYER: &str = "application/vnd.bytecodealliance.wasm.component.layer.v0+wasm";
+
+/// Pushes `repo:tag` as runwasi's OCI WebAssembly image: `module` itself
+/// is the one layer ([`WASM_LAYER`]), the config's platform wasip1/wasm,
+/// with no filesystem layer. Returns the layer's and the manifest's
+/// digests.
+pub async fn push_wasm_oci(
+    reg: &super::registry::Registry,
+    repo: &str,
+    tag: &str,
+    module: &[u8],
+) -> (String, String) {
+    let pusher = Pusher::new(reg);
+    let layer = pusher.blob(repo, module).await;
+    let config = serde_json::to_vec(&serde_json::json!({
+        "architecture": "wasm", "os": "wasip1",
+        "config": {"Entrypoint": ["hello.wasm"]},
+        "rootfs": {"type": "layers", "diff_ids": []}
+    }))
+    .unwrap();
+    let config_digest = pusher.blob(repo, &config).await;
+    let manifest = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                   "digest": config_digest, "size": config.len()},
+        "layers": [{"mediaType": WASM_LAYER, "digest": layer, "size": module.len()}]
+    }))
+    .unwrap();
+    let digest = pusher
+        .manifest(
+            repo,
+            tag,
+            &manifest,
+            "application/vnd.oci.image.manifest.v1+json",
+        )
+        .await;
+    (layer, digest)
+}

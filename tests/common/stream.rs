@@ -96,3 +96,53 @@ pub async fn attach_echo(
         .unwrap();
     (code, out.text())
 }
+
+/// The command of a tty container that `attach_tty_resized` talks to.
+pub const TTY_ECHO: &str =
+    "test -t 0 && echo on-a-tty; while read l; do echo got $l; stty size; done";
+
+/// Waits for `TTY_ECHO`'s first line in the container's log `log`, then
+/// attaches to it with a terminal, resizes it to 100x40, writes a line and
+/// waits for the terminal's size in the answer. Returns what it printed.
+pub async fn attach_tty_resized(
+    rt: &mut husk::api::cri::runtime_service_client::RuntimeServiceClient<
+        tonic::transport::Channel,
+    >,
+    id: &str,
+    log: &std::path::Path,
+    t: Transport,
+) -> String {
+    wait_until("the tty's output in the log", || {
+        std::fs::read_to_string(log)
+            .unwrap_or_default()
+            .contains("on-a-tty")
+    })
+    .await;
+    let url = rt
+        .attach(AttachRequest {
+            container_id: id.into(),
+            stdin: true,
+            stdout: true,
+            tty: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .url;
+    let (stdin_r, mut stdin_w) = tokio::io::duplex(1024);
+    let (rtx, rrx) = tokio::sync::mpsc::channel(4);
+    let (mut io, out, _) = stdio(Some(Box::new(stdin_r)), true);
+    io.resize = Some(rrx);
+    let session =
+        tokio::spawn(async move { client::remotecommand(&url, t, &Tls::default(), io).await });
+    rtx.send((100, 40)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stdin_w.write_all(b"hello\n").await.unwrap();
+    wait_until("the answer through the terminal", || {
+        out.text().contains("40 100")
+    })
+    .await;
+    session.abort();
+    out.text()
+}
