@@ -376,16 +376,6 @@ async fn shims_find_containers_images_and_content_and_store_what_they_compiled()
     .await
     .unwrap();
 
-    let mut rt = p.h.runtime().await;
-    rt.stop_pod_sandbox(StopPodSandboxRequest {
-        pod_sandbox_id: pod_id.clone(),
-    })
-    .await
-    .unwrap();
-    rt.remove_pod_sandbox(RemovePodSandboxRequest {
-        pod_sandbox_id: pod_id,
-    })
-    .await
-    .unwrap();
+    stop_remove_pod(&p.h, &pod_id).await;
     assert_eq!(leftovers(&p), Vec::<String>::new());
 }

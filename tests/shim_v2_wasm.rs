@@ -222,16 +222,6 @@ async fn an_oci_wasm_image_runs_from_the_content_store() {
             .any(|k| k.starts_with("runwasi.io/precompiled/wasmtime/")),
         "{info:?}"
     );
-    let mut rt = p.h.runtime().await;
-    rt.stop_pod_sandbox(StopPodSandboxRequest {
-        pod_sandbox_id: pod_id.clone(),
-    })
-    .await
-    .unwrap();
-    rt.remove_pod_sandbox(RemovePodSandboxRequest {
-        pod_sandbox_id: pod_id,
-    })
-    .await
-    .unwrap();
+    stop_remove_pod(&p.h, &pod_id).await;
     assert_eq!(leftovers(&p), Vec::<String>::new());
 }
