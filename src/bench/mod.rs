@@ -86,19 +86,35 @@ pub struct Target {
 
 impl Target {
     /// Pulls the image a benchmark's containers run (no auth).
+    /// A runtime still recovering its state (Unavailable: a server just
+    /// started, or restarted) is asked again for up to 30 s.
     pub(super) async fn pull_app(&mut self, image: &str) -> anyhow::Result<()> {
         use anyhow::Context;
-        self.images
-            .pull_image(PullImageRequest {
-                image: Some(ImageSpec {
-                    image: image.into(),
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let r = self
+                .images
+                .pull_image(PullImageRequest {
+                    image: Some(ImageSpec {
+                        image: image.into(),
+                        ..Default::default()
+                    }),
                     ..Default::default()
-                }),
-                ..Default::default()
-            })
-            .await
-            .with_context(|| format!("{}: pull {image}", self.name))?;
-        Ok(())
+                })
+                .await;
+            match r {
+                Err(s)
+                    if s.code() == tonic::Code::Unavailable
+                        && std::time::Instant::now() < deadline =>
+                {
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+                r => {
+                    r.with_context(|| format!("{}: pull {image}", self.name))?;
+                    return Ok(());
+                }
+            }
+        }
     }
 
     pub async fn connect(name: &str, endpoint: &str) -> anyhow::Result<Target> {
