@@ -13,6 +13,7 @@ use crate::streaming::ProcessIo;
 use std::io;
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::AsyncReadExt;
@@ -142,7 +143,7 @@ impl ContainerManager {
     fn shim_exec_controls(&self, pio: &mut ProcessIo, exec_id: &str, id: String) {
         let sandbox = self.get(&id).map(|r| r.sandbox_id).unwrap_or_default();
         let dir = self.sandboxes.shim_dir(&sandbox);
-        self.shim_resizer(pio, exec_id, id.clone());
+        Self::shim_resizer(pio, dir.clone(), exec_id, id.clone());
         let e = exec_id.to_string();
         pio.stdin_closer = Some(Box::pin(async move {
             let _ = tokio::task::spawn_blocking(move || {
@@ -156,10 +157,9 @@ impl ContainerManager {
     }
 
     /// Resizes of a terminal that a shim v2 runtime holds (an exec's, or
-    /// with `exec_id` empty the container's own) go to its shim.
-    fn shim_resizer(&self, pio: &mut ProcessIo, exec_id: &str, id: String) {
-        let sandbox = self.get(&id).map(|r| r.sandbox_id).unwrap_or_default();
-        let dir = self.sandboxes.shim_dir(&sandbox);
+    /// with `exec_id` empty the container's own) go to its pod's shim,
+    /// whose dir is `dir`.
+    fn shim_resizer(pio: &mut ProcessIo, dir: PathBuf, exec_id: &str, id: String) {
         let (d, i, e) = (dir, id, exec_id.to_string());
         pio.resizer = Some(Arc::new(move |width: u16, height: u16| {
             let (d, i, e) = (d.clone(), i.clone(), e.clone());
@@ -191,8 +191,8 @@ impl ContainerManager {
         let stdin_once = config.as_ref().is_some_and(|c| c.stdin_once);
         // A tty a shim v2 runtime holds is resized through the shim.
         let sandbox = self.get(&id).map(|r| r.sandbox_id).unwrap_or_default();
-        let runtime_tty = config.is_some_and(|c| c.tty) && self.under_shim(&sandbox);
-        let id_for_resize = id.clone();
+        let runtime_tty = (config.is_some_and(|c| c.tty) && self.under_shim(&sandbox))
+            .then(|| (self.sandboxes.shim_dir(&sandbox), id.clone()));
         let req = AttachRequest {
             id: id.clone(),
             stdin: o.stdin,
@@ -205,8 +205,8 @@ impl ContainerManager {
                 .await
                 .map_err(|e| SandboxError::Shim(e.to_string()))??;
         let mut pio = Self::process_io(&which, fds);
-        if runtime_tty {
-            self.shim_resizer(&mut pio, "", id_for_resize);
+        if let Some((dir, id)) = runtime_tty {
+            Self::shim_resizer(&mut pio, dir, "", id);
         }
         pio.control = Some(Box::new(conn));
         // Ends with stdin unless stdin_once without a tty.

@@ -201,9 +201,13 @@ impl Handler {
                 self.name, self.config.runtime_type
             ))
         })?;
-        let options = self.shim_options().map_err(|e| {
-            SandboxError::Invalid(format!("runtime handler {:?}: options: {e}", self.name))
-        })?;
+        let (options_type_url, options) = self
+            .shim_options()
+            .map_err(|e| {
+                SandboxError::Invalid(format!("runtime handler {:?}: options: {e}", self.name))
+            })?
+            .map(|o| (o.type_url, o.value))
+            .unwrap_or_default();
         // A 2.3 shim's socket is `<dir>/<sha256>`, which must fit a socket
         // address (the dir at most 42 bytes): `<state>/v2s`, else a short
         // dir of this server's own. (The shim makes it 0700: never a dir
@@ -225,11 +229,8 @@ impl Handler {
             timeout_ms: (self.config.timeout_secs * 1000) as u32,
             shim: Some(crate::api::shim::ShimV2 {
                 runtime_type: self.config.runtime_type.clone(),
-                options_type_url: options
-                    .as_ref()
-                    .map(|o| o.type_url.clone())
-                    .unwrap_or_default(),
-                options: options.map(|o| o.value).unwrap_or_default(),
+                options_type_url,
+                options,
                 sandbox_id: String::new(),
                 grpc_address: self.state.join("shim-v2.sock").display().to_string(),
                 socket_dir,

@@ -59,29 +59,30 @@ pub async fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
     }
 }
 
+type Runtime =
+    husk::api::cri::runtime_service_client::RuntimeServiceClient<tonic::transport::Channel>;
+
+/// The streaming URL of an Attach to `id` with stdin and stdout, and with
+/// a terminal (`tty`) or stderr.
+async fn attach_url(rt: &mut Runtime, id: &str, tty: bool) -> String {
+    rt.attach(AttachRequest {
+        container_id: id.into(),
+        stdin: true,
+        stdout: true,
+        stderr: !tty,
+        tty,
+    })
+    .await
+    .unwrap()
+    .into_inner()
+    .url
+}
+
 /// Attaches to `id` with stdin, stdout and stderr, writes `line`, waits for
 /// its echo, closes stdin; the session must then end within 60 s. Returns
 /// its exit code and everything it printed.
-pub async fn attach_echo(
-    rt: &mut husk::api::cri::runtime_service_client::RuntimeServiceClient<
-        tonic::transport::Channel,
-    >,
-    id: &str,
-    t: Transport,
-    line: &str,
-) -> (i32, String) {
-    let url = rt
-        .attach(AttachRequest {
-            container_id: id.into(),
-            stdin: true,
-            stdout: true,
-            stderr: true,
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .url;
+pub async fn attach_echo(rt: &mut Runtime, id: &str, t: Transport, line: &str) -> (i32, String) {
+    let url = attach_url(rt, id, false).await;
     let (stdin_r, mut stdin_w) = tokio::io::duplex(1024);
     let (io, out, _) = stdio(Some(Box::new(stdin_r)), false);
     let session =
@@ -105,9 +106,7 @@ pub const TTY_ECHO: &str =
 /// attaches to it with a terminal, resizes it to 100x40, writes a line and
 /// waits for the terminal's size in the answer. Returns what it printed.
 pub async fn attach_tty_resized(
-    rt: &mut husk::api::cri::runtime_service_client::RuntimeServiceClient<
-        tonic::transport::Channel,
-    >,
+    rt: &mut Runtime,
     id: &str,
     log: &std::path::Path,
     t: Transport,
@@ -118,18 +117,7 @@ pub async fn attach_tty_resized(
             .contains("on-a-tty")
     })
     .await;
-    let url = rt
-        .attach(AttachRequest {
-            container_id: id.into(),
-            stdin: true,
-            stdout: true,
-            tty: true,
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .url;
+    let url = attach_url(rt, id, true).await;
     let (stdin_r, mut stdin_w) = tokio::io::duplex(1024);
     let (rtx, rrx) = tokio::sync::mpsc::channel(4);
     let (mut io, out, _) = stdio(Some(Box::new(stdin_r)), true);
