@@ -326,6 +326,26 @@ fn clean_ranges<S: AsRef<str>>(
     out
 }
 
+/// `openat2(2)`, asked again while the kernel answers EAGAIN: with
+/// `RESOLVE_BENEATH` or `RESOLVE_IN_ROOT` it does when a rename or a mount
+/// anywhere on the node raced the resolution of a `..` (openat2(2) says
+/// to retry). A bounded number of times: then EAGAIN is the answer.
+pub fn openat2<Fd: std::os::fd::AsFd, P: rustix::path::Arg + Copy>(
+    dir: Fd,
+    path: P,
+    oflags: rustix::fs::OFlags,
+    mode: rustix::fs::Mode,
+    resolve: rustix::fs::ResolveFlags,
+) -> rustix::io::Result<std::os::fd::OwnedFd> {
+    let mut tries = 0;
+    loop {
+        match rustix::fs::openat2(dir.as_fd(), path, oflags, mode, resolve) {
+            Err(rustix::io::Errno::AGAIN) if tries < 64 => tries += 1,
+            r => return r,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

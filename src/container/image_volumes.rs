@@ -177,7 +177,7 @@ fn beneath(root: &Path, sub: &str) -> Result<PathBuf, String> {
         Mode::empty(),
     )
     .map_err(|e| format!("cannot be opened: {e}"))?;
-    let fd = rustix::fs::openat2(
+    let fd = crate::sys::openat2(
         &dir,
         sub,
         OFlags::PATH | OFlags::CLOEXEC,

@@ -73,7 +73,7 @@ pub fn read_user_db(rootfs: &Path, rel: &str) -> Result<Option<String>, SpecErro
     )
     .map_err(|e| SpecError(format!("open the container's rootfs: {e}")))?;
     // O_PATH first: a device node is never opened, only looked at.
-    let path_fd = match rustix::fs::openat2(
+    let path_fd = match crate::sys::openat2(
         &dir,
         rel,
         OFlags::PATH | OFlags::CLOEXEC,

@@ -53,7 +53,7 @@ pub(crate) fn open_confined(root: &OwnedFd, comps: &[OsString]) -> Result<OwnedF
     } else {
         join(comps)
     };
-    rustix::fs::openat2(
+    crate::sys::openat2(
         root,
         &p,
         OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,

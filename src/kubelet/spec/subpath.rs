@@ -93,7 +93,7 @@ pub fn bind(base: &Path, sub: &str, target: &Path) -> Result<(), String> {
 }
 
 fn beneath(dir: &OwnedFd, name: &Path) -> Result<OwnedFd, Errno> {
-    rustix::fs::openat2(
+    crate::sys::openat2(
         dir,
         name,
         OFlags::PATH | OFlags::CLOEXEC,
