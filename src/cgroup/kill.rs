@@ -75,15 +75,8 @@ pub fn remove(layout: &Layout, cgroups_path: &str) -> usize {
     if let Err(e) = super::systemd::stop_unit(cgroups_path) {
         tracing::warn!(cgroups_path, error = %e, "stop the container's scope");
     }
-    let mut roots: Vec<&PathBuf> = match layout {
-        Layout::V1(m) => m.values().collect(),
-        Layout::V2(root) => vec![root],
-    };
-    roots.sort();
-    roots.dedup();
     let mut n = 0;
-    for root in roots {
-        let dir = root.join(rel);
+    for dir in dirs(layout, cgroups_path) {
         // A killed process leaves its cgroup a moment after the signal.
         for _ in 0..200 {
             match std::fs::remove_dir(&dir) {
@@ -97,4 +90,21 @@ pub fn remove(layout: &Layout, cgroups_path: &str) -> usize {
         }
     }
     n
+}
+
+/// The directories of the cgroup at `cgroups_path`, one in each hierarchy
+/// of `layout` (a co-mounted hierarchy once), whether or not they exist.
+pub fn dirs(layout: &Layout, cgroups_path: &str) -> Vec<PathBuf> {
+    let path = super::paths::fs_path(cgroups_path);
+    let rel = path.trim_start_matches('/');
+    if rel.is_empty() {
+        return Vec::new();
+    }
+    let mut roots: Vec<&PathBuf> = match layout {
+        Layout::V1(m) => m.values().collect(),
+        Layout::V2(root) => vec![root],
+    };
+    roots.sort();
+    roots.dedup();
+    roots.into_iter().map(|r| r.join(rel)).collect()
 }

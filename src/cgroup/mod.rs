@@ -32,7 +32,7 @@ pub mod usage;
 mod validate;
 
 pub use driver::Driver;
-pub use kill::{kill_all, remove};
+pub use kill::{dirs, kill_all, remove};
 pub(crate) use layout::oom_kills_in;
 use layout::read;
 pub use layout::{Layout, LAYOUT_ENV};

@@ -19,6 +19,7 @@
 
 pub mod client;
 mod console;
+mod delete;
 pub mod exec;
 mod exec_parts;
 pub mod fdpass;

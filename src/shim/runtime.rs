@@ -127,7 +127,8 @@ impl Shim {
         }
         let state = self.youki.join(id);
         in_child(|| match Container::load(state) {
-            Ok(mut c) => c.delete(true).map(|()| 0).map_err(|e| format!("{e:#}")),
+            Ok(mut c) => super::delete::without_scan(&c)
+                .unwrap_or_else(|| c.delete(true).map(|()| 0).map_err(|e| format!("{e:#}"))),
             Err(_) => Ok(0),
         })
         .map(drop)
