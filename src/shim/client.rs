@@ -134,17 +134,62 @@ fn call_untraced(dir: &Path, req: &ShimRequest, timeout: Duration) -> io::Result
 const SHIM_ALIVE_CHECK: Duration = Duration::from_millis(100);
 
 /// The monitor's pid, if its pid file names a live (not zombie) process.
+///
+/// The lists ask this of every pod each time (the kubelet lists every
+/// second), so the pid a file named is kept, and a kept pid still alive
+/// is the answer: the file is written once by its monitor, and a new
+/// monitor for the dir is started only once the old one is gone. Alive is
+/// asked of a pidfd (one exited, zombie or not, polls readable), not of
+/// `/proc/PID/stat`, whose path walk and formatting cost ten times more.
 pub fn pid(dir: &Path) -> Option<i32> {
-    let pid: i32 = std::fs::read_to_string(dir.join("shim.pid"))
-        .ok()?
-        .trim()
-        .parse()
-        .ok()?;
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let state = stat
-        .rsplit_once(')')
-        .and_then(|(_, rest)| rest.split_whitespace().next())?;
-    (state != "Z" && state != "X").then_some(pid)
+    static KNOWN: std::sync::Mutex<Option<std::collections::HashMap<std::path::PathBuf, i32>>> =
+        std::sync::Mutex::new(None);
+    let kept = KNOWN
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .as_ref()
+        .and_then(|m| m.get(dir).copied());
+    if let Some(p) = kept.filter(|&p| alive(p)) {
+        return Some(p);
+    }
+    let read = std::fs::read_to_string(dir.join("shim.pid"))
+        .ok()
+        .and_then(|t| t.trim().parse::<i32>().ok())
+        .filter(|&p| alive(p));
+    let mut known = KNOWN.lock().unwrap_or_else(|p| p.into_inner());
+    let m = known.get_or_insert_with(Default::default);
+    match read {
+        Some(p) => m.insert(dir.to_path_buf(), p),
+        None => m.remove(dir),
+    };
+    read
+}
+
+/// Whether `pid` is a process that has not exited (a zombie has).
+fn alive(pid: i32) -> bool {
+    let Some(p) = rustix::process::Pid::from_raw(pid) else {
+        return false;
+    };
+    match rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()) {
+        Ok(fd) => {
+            let mut fds = [rustix::event::PollFd::new(
+                &fd,
+                rustix::event::PollFlags::IN,
+            )];
+            // Readable: the process has exited.
+            !matches!(rustix::event::poll(&mut fds, Some(&rustix::event::Timespec::default())), Ok(n) if n > 0)
+        }
+        Err(rustix::io::Errno::SRCH) => false,
+        // No pidfds (before 5.3) or none left: the process's state.
+        Err(_) => std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|stat| {
+                stat.rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().next())
+                    .map(|state| state != "Z" && state != "X")
+            })
+            .unwrap_or(false),
+    }
 }
 
 /// SIGKILLs every `husk shim --dir DIR` process, pid file or not (one
@@ -172,4 +217,44 @@ pub fn kill_strays(dir: &Path) -> usize {
         }
     }
     n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn alive_is_false_for_a_zombie_and_for_no_process() {
+        assert!(alive(std::process::id() as i32));
+        let mut child = Command::new("true").spawn().expect("spawn");
+        let pid = child.id() as i32;
+        // Exited and not yet reaped: a zombie.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while alive(pid) && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(!alive(pid), "a zombie is not alive");
+        child.wait().expect("reap");
+        assert!(!alive(pid), "a reaped pid is not alive");
+        assert!(!alive(0));
+    }
+
+    #[test]
+    fn a_monitor_pid_is_kept_while_it_lives_and_read_again_after() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        assert_eq!(pid(dir.path()), None, "no pid file");
+        let me = std::process::id() as i32;
+        std::fs::write(dir.path().join("shim.pid"), format!("{me}\n")).expect("write");
+        assert_eq!(pid(dir.path()), Some(me));
+        // Kept: the file is not read again while the process lives.
+        std::fs::write(dir.path().join("shim.pid"), "garbage").expect("write");
+        assert_eq!(pid(dir.path()), Some(me));
+        // A monitor that exited is noticed, and the file read again.
+        let mut child = Command::new("true").spawn().expect("spawn");
+        let gone = child.id() as i32;
+        child.wait().expect("reap");
+        let other = tempfile::tempdir().expect("tempdir");
+        std::fs::write(other.path().join("shim.pid"), gone.to_string()).expect("write");
+        assert_eq!(pid(other.path()), None);
+    }
 }
