@@ -373,6 +373,9 @@ impl ContainerManager {
             .map_err(SandboxError::io("write container spec"))?;
         steps.end("spec");
         self.watch_pod_exits(sandbox_id);
+        // A place among the creates running at once (`gate.rs`).
+        let place = super::gate::creates().enter();
+        steps.end("wait for a create place");
         let creating = Creating::new(self, &rec);
         let made = shim_call(
             &self.sandboxes.shim_dir(sandbox_id),
@@ -389,6 +392,7 @@ impl ContainerManager {
             }),
         );
         drop(creating);
+        drop(place);
         let made = made?;
         let runtime = Duration::from_micros(made.runtime_us);
         steps.end_split("shim create", "runtime create", runtime);

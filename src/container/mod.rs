@@ -10,6 +10,7 @@ mod create;
 pub mod events;
 mod exit_watch;
 mod exits;
+mod gate;
 mod host_devices;
 mod idmapped;
 pub mod image_volumes;
