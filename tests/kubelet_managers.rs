@@ -439,3 +439,45 @@ async fn runtime_class_picks_the_handler_and_adds_its_overhead() {
     }
     assert_eq!(phase_of(&env, "lost"), "Pending");
 }
+
+/// `--max-pods` is the node's `pods` capacity, and admission holds it: a
+/// pod past it is refused as the kubelet refuses it (Failed, OutOfpods,
+/// an event), with nothing made in the runtime; a refused pod holds no
+/// place.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pod_past_max_pods_is_refused_out_of_pods() {
+    if !require_root() {
+        return;
+    }
+    let env = env_with(TOKEN, vec!["--max-pods".into(), "2".into()]).await;
+    let node = env
+        .wait(&env.node_path(), "node capacity", 60, |v| {
+            v["status"]["capacity"]["pods"].is_string()
+        })
+        .await;
+    assert_eq!(node["status"]["capacity"]["pods"], "2");
+    for name in ["one", "two"] {
+        env.create(name, env.sleeper());
+        env.running_and_ready(name).await;
+    }
+    let three = env.create("three", env.sleeper());
+    let refused = env
+        .wait(&env.pod_path("three"), "refused", 60, |v| {
+            v["status"]["phase"] == "Failed"
+        })
+        .await;
+    assert_eq!(refused["status"]["reason"], "OutOfpods");
+    assert_eq!(
+        refused["status"]["message"],
+        "Node didn't have enough resource: pods, requested: 1, used: 2, capacity: 2"
+    );
+    let u = uid(&three);
+    assert!(env.event_reasons(&u).contains(&"OutOfpods".to_string()));
+    assert_eq!(common::cluster::sandboxes(&env.p.h.endpoint(), &u).await, 0);
+    // The refused pod holds no place: a fourth, once one is gone, runs.
+    env.api.s.delete(&env.pod_path("one"), Some(1));
+    env.wait_gone(&env.pod_path("one"), 60).await;
+    env.create("four", env.sleeper());
+    env.running_and_ready("four").await;
+    assert_eq!(phase_of(&env, "three"), "Failed");
+}

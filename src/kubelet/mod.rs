@@ -308,9 +308,11 @@ pub async fn run(
                             let new = pods.get(&uid).is_none() && ctx.status.get(&uid).is_none();
                             pods.upsert(&uid, u.pod.clone(), &u.source);
                             // A pod new to this node is admitted by eviction
-                            // too (refused under pressure).
+                            // too (refused under pressure), and by the node's
+                            // pod capacity (maxPods).
                             if new && u.op == Op::Add {
-                                if let Err(r) = ctx.eviction.admit(&u.pod) {
+                                let terminal = |id: &str| ctx.status.get(id).is_some_and(|s| matches!(s.phase.as_deref(), Some("Succeeded" | "Failed")));
+                                if let Err(r) = ctx.eviction.admit(&u.pod).and_then(|()| pods.fits(&uid, ctx.settings.max_pods, terminal)) {
                                     pods.reject(&uid, r);
                                 }
                             }
@@ -457,6 +459,7 @@ fn write_node_status(ctx: &Ctx, pods: usize) {
         return;
     };
     let since = ctx.pleg.since_last_relist();
+    let (last, longest) = ctx.pleg.relist_took();
     let v = serde_json::json!({
         "nodeName": ctx.settings.node_name,
         "runtime": {"name": ctx.cri.name, "version": ctx.cri.version, "endpoint": ctx.settings.runtime_endpoint},
@@ -464,6 +467,8 @@ fn write_node_status(ctx: &Ctx, pods: usize) {
             "mode": if ctx.pleg.evented() { "evented" } else { "generic" },
             "secondsSinceLastRelist": since.map(|d| d.as_secs_f64()),
             "healthy": ctx.pleg.healthy(),
+            "lastRelistSeconds": last.as_secs_f64(),
+            "longestRelistSeconds": longest.as_secs_f64(),
         },
         "pods": pods,
     });

@@ -63,6 +63,8 @@ pub struct Health {
     last_relist: Mutex<Option<Instant>>,
     evented: AtomicBool,
     latest: Mutex<Relist>,
+    /// How long relists took: the last one and the longest.
+    took: Mutex<(Duration, Duration)>,
 }
 
 pub const UNHEALTHY_AFTER: Duration = Duration::from_secs(180);
@@ -78,6 +80,22 @@ impl Health {
     pub fn healthy(&self) -> bool {
         self.since_last_relist()
             .is_some_and(|d| d < UNHEALTHY_AFTER)
+    }
+
+    /// The last relist's duration and the longest so far.
+    pub fn relist_took(&self) -> (Duration, Duration) {
+        *self.took.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records a successful relist that took `d`; one longer than its
+    /// `period` is told (the next relist starts late).
+    fn relisted(&self, d: Duration, period: Duration) {
+        *self.last_relist.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+        let mut t = self.took.lock().unwrap_or_else(|e| e.into_inner());
+        *t = (d, t.1.max(d));
+        if d > period {
+            tracing::warn!(took = ?d, ?period, "PLEG relist took longer than its period");
+        }
     }
 
     pub fn evented(&self) -> bool {
@@ -221,10 +239,10 @@ pub async fn run(
     let mut old = Relist::default();
     let mut first = true;
     loop {
+        let t0 = Instant::now();
         match relist(&cri, &node).await {
             Ok(new) => {
-                *health.last_relist.lock().unwrap_or_else(|e| e.into_inner()) =
-                    Some(Instant::now());
+                health.relisted(t0.elapsed(), period);
                 if !first {
                     for e in diff(&old, &new) {
                         tracing::debug!(pod_uid = %e.uid, id = %e.id, kind = ?e.kind, "PLEG event");
@@ -265,6 +283,20 @@ pub async fn run(
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_relist_s_duration_and_the_longest_are_kept() {
+        let h = Health::default();
+        assert!(!h.healthy(), "no relist yet");
+        h.relisted(Duration::from_millis(30), Duration::from_secs(1));
+        h.relisted(Duration::from_millis(1500), Duration::from_secs(1));
+        h.relisted(Duration::from_millis(20), Duration::from_secs(1));
+        assert_eq!(
+            h.relist_took(),
+            (Duration::from_millis(20), Duration::from_millis(1500))
+        );
+        assert!(h.healthy());
+    }
 
     #[test]
     fn relists_diff_into_events() {
