@@ -31,10 +31,12 @@ pub async fn handle(
     let id = sandboxes.resolve(&req.pod_sandbox_id).ok_or_else(|| {
         Status::not_found(format!("pod sandbox {:?} not found", req.pod_sandbox_id))
     })?;
+    // Only this pod is refreshed: the kubelet asks every pod's status in
+    // its relists, and a refresh of them all made each ask O(pods).
     let r = sandboxes
-        .list()
+        .list_where(|r| r.id == id)
         .into_iter()
-        .find(|r| r.id == id)
+        .next()
         .ok_or_else(|| Status::not_found(format!("pod sandbox {id:?} not found")))?;
     let mut info = HashMap::new();
     if req.verbose {
