@@ -72,6 +72,13 @@ impl ContainerManager {
             &crate::cdi::requested(&c),
         )
         .map_err(SandboxError::Invalid)?;
+        // A place among the creates running at once (`gate.rs`), taken
+        // before the name is reserved: a caller gone while it waits leaves
+        // nothing.
+        let _place = super::gate::creates()
+            .acquire()
+            .await
+            .map_err(|e| SandboxError::io("wait for a create place")(std::io::Error::other(e)))?;
         let id = format!("{:032x}", rand::random::<u128>());
         let name = format!("{}_{}_{}", md.name, sandbox_id, md.attempt);
         {
@@ -373,9 +380,6 @@ impl ContainerManager {
             .map_err(SandboxError::io("write container spec"))?;
         steps.end("spec");
         self.watch_pod_exits(sandbox_id);
-        // A place among the creates running at once (`gate.rs`).
-        let place = super::gate::creates().enter();
-        steps.end("wait for a create place");
         let creating = Creating::new(self, &rec);
         let made = shim_call(
             &self.sandboxes.shim_dir(sandbox_id),
@@ -392,7 +396,6 @@ impl ContainerManager {
             }),
         );
         drop(creating);
-        drop(place);
         let made = made?;
         let runtime = Duration::from_micros(made.runtime_us);
         steps.end_split("shim create", "runtime create", runtime);
