@@ -1,5 +1,5 @@
 # husk: common tasks. Every target installs what it needs first.
-.PHONY: setup build package test test-vm fuzz demo bench-pull bench-sandbox bench-containers bench-breakdown bench-exec bench-stream bench-rpc bench-userns bench-density lint
+.PHONY: setup build package test test-vm fuzz demo bench-pull bench-sandbox bench-containers bench-breakdown bench-exec bench-stream bench-rpc bench-userns bench-density bench-kubelet-density lint
 
 setup:
 	bash packaging/setup-dev.sh
@@ -72,3 +72,8 @@ bench-rpc: build
 # DENSITY_VS (CRI endpoints) or Debian's containerd 1.6, the same way.
 bench-density: build
 	bash packaging/bench-density.sh
+# The kubelet at density: husk serve filled to PODS (1000) pods by a
+# kubelet with --max-pods PODS from one manifest of PODS+1 replicas: husk
+# kubelet, or the upstream kubelet binary named in KUBELET.
+bench-kubelet-density: build
+	bash packaging/bench-kubelet-density.sh
