@@ -224,7 +224,8 @@ find "$work/manifests" -name "app-*.json" -delete
 left=$pods
 deadline=$(($(date +%s) + pods + 300))
 while [ "$(date +%s)" -lt "$deadline" ]; do
-  left=$(find "$work/husk/root/sandboxes" -mindepth 1 -maxdepth 1 | wc -l)
+  # A sandbox removed while find walks is no error.
+  left=$( (find "$work/husk/root/sandboxes" -mindepth 1 -maxdepth 1 2>/dev/null || true) | wc -l)
   [ "$left" -eq 0 ] && break
   sleep 1
 done
