@@ -144,10 +144,6 @@ pub(crate) fn read(dir: &Path, file: &str) -> Option<String> {
     std::fs::read_to_string(dir.join(file)).ok()
 }
 
-pub(crate) fn read_u64(dir: &Path, file: &str) -> Option<u64> {
-    read(dir, file)?.trim().parse().ok()
-}
-
 /// `key value` lines (memory.stat, cpu.stat, …).
 pub(crate) fn flat_keyed(text: &str) -> HashMap<&str, u64> {
     text.lines()

@@ -36,7 +36,7 @@ pub use kill::{dirs, kill_all, remove};
 pub(crate) use layout::oom_kills_in;
 use layout::read;
 pub use layout::{Layout, LAYOUT_ENV};
-pub use usage::{usage, v2_pressure, Cpu, Memory, Pressure, Psi, Usage};
+pub use usage::{usage, v2_pressure, Cpu, Figures, Memory, Pressure, Psi, Usage};
 pub use validate::validate;
 
 use std::path::Path;

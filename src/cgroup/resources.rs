@@ -245,7 +245,7 @@ pub fn check_memory_limit(
     if r.memory_limit_in_bytes <= 0 || !layout.is_v2() {
         return Ok(());
     }
-    if let Some(m) = super::usage(layout, path).and_then(|u| u.memory) {
+    if let Some(m) = super::usage(layout, path, super::Figures::Cri).and_then(|u| u.memory) {
         if (r.memory_limit_in_bytes as u64) < m.working_set {
             return Err(ResourceError::BelowUsage {
                 what: "container",

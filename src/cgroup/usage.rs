@@ -2,9 +2,73 @@
 //! controllers' files or the v2 unified files, as cAdvisor computes them
 //! (working set = usage − inactive file pages; CPU from `cpuacct` or
 //! `cpu.stat`; RSS is anonymous memory on v2).
+//!
+//! A reader names the figures it wants (`Figures`): the stats RPCs, which
+//! the kubelet calls for every pod each housekeeping period, read only
+//! the files the CRI carries; the metrics RPC reads every file. A
+//! cgroup's directory is opened once and its files opened relative to it,
+//! so the kernel walks the long cgroup path once, not once per file.
 
-use super::layout::{flat_keyed, read, read_u64, Layout, UNLIMITED};
+use super::layout::{flat_keyed, Layout, UNLIMITED};
+use rustix::fd::OwnedFd;
+use rustix::fs::{Mode, OFlags};
+use std::io::Read;
 use std::path::Path;
+
+/// Which figures a reader wants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Figures {
+    /// What the CRI's stats carry: CPU usage, memory usage, working set,
+    /// limit, RSS, faults and swap, the process count, pressure.
+    Cri,
+    /// Every figure (the metrics RPC): also user and system CPU,
+    /// throttling, the peak, failures and OOM kills.
+    All,
+}
+
+/// A cgroup directory, opened once (`O_PATH`); its files are opened
+/// relative to it.
+struct Dir(OwnedFd);
+
+impl Dir {
+    fn open(path: &Path) -> Option<Dir> {
+        rustix::fs::open(
+            path,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .ok()
+        .map(Dir)
+    }
+
+    fn read(&self, file: &str) -> Option<String> {
+        let fd = rustix::fs::openat(
+            &self.0,
+            file,
+            OFlags::RDONLY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .ok()?;
+        let mut text = String::new();
+        std::fs::File::from(fd).read_to_string(&mut text).ok()?;
+        Some(text)
+    }
+
+    fn read_u64(&self, file: &str) -> Option<u64> {
+        self.read(file)?.trim().parse().ok()
+    }
+
+    /// The `oom_kill` count of the memory controller's events.
+    fn oom_kills(&self, v2: bool) -> Option<u64> {
+        let file = if v2 {
+            "memory.events"
+        } else {
+            "memory.oom_control"
+        };
+        self.read(file)
+            .and_then(|t| flat_keyed(&t).get("oom_kill").copied())
+    }
+}
 
 /// CPU figures, in ns.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -105,52 +169,64 @@ pub fn parse_psi(text: &str) -> Psi {
 
 /// A v2 cgroup's pressure; None without `cpu.pressure` (PSI off).
 pub fn v2_pressure(dir: &Path) -> Option<Pressure> {
+    dir_pressure(&Dir::open(dir)?)
+}
+
+fn dir_pressure(dir: &Dir) -> Option<Pressure> {
     Some(Pressure {
-        cpu: parse_psi(&read(dir, "cpu.pressure")?),
-        memory: read(dir, "memory.pressure").map(|t| parse_psi(&t)),
-        io: read(dir, "io.pressure").map(|t| parse_psi(&t)),
+        cpu: parse_psi(&dir.read("cpu.pressure")?),
+        memory: dir.read("memory.pressure").map(|t| parse_psi(&t)),
+        io: dir.read("io.pressure").map(|t| parse_psi(&t)),
     })
 }
 
-/// Reads the cgroup at `cgroups_path`; None when it does not exist.
-pub fn usage(layout: &Layout, cgroups_path: &str) -> Option<Usage> {
+/// Reads the `figures` of the cgroup at `cgroups_path`; None when it does
+/// not exist.
+pub fn usage(layout: &Layout, cgroups_path: &str, figures: Figures) -> Option<Usage> {
     let timestamp = crate::sys::now_ns();
+    let open = |controller: &str| {
+        layout
+            .dir(controller, cgroups_path)
+            .and_then(|d| Dir::open(&d))
+    };
     let u = match layout {
         Layout::V1(_) => Usage {
             timestamp,
-            cpu: v1_cpu(layout, cgroups_path),
-            memory: layout
-                .dir("memory", cgroups_path)
-                .and_then(|d| v1_memory(&d)),
-            pids: layout
-                .dir("pids", cgroups_path)
-                .and_then(|d| read_u64(&d, "pids.current")),
+            cpu: open("cpuacct").and_then(|acct| {
+                // cpu.stat (throttling) is the cpu controller's, which may
+                // be mounted apart from cpuacct.
+                let cpu = (figures == Figures::All).then(|| open("cpu")).flatten();
+                v1_cpu(&acct, cpu.as_ref(), figures)
+            }),
+            memory: open("memory").and_then(|d| v1_memory(&d, figures)),
+            pids: open("pids").and_then(|d| d.read_u64("pids.current")),
             pressure: None,
         },
         Layout::V2(_) => {
-            let dir = layout.dir("", cgroups_path)?;
+            let dir = open("")?;
             Usage {
                 timestamp,
                 cpu: v2_cpu(&dir),
-                memory: v2_memory(&dir),
-                pids: read_u64(&dir, "pids.current"),
-                pressure: v2_pressure(&dir),
+                memory: v2_memory(&dir, figures),
+                pids: dir.read_u64("pids.current"),
+                pressure: dir_pressure(&dir),
             }
         }
     };
     (u.cpu.is_some() || u.memory.is_some() || u.pids.is_some()).then_some(u)
 }
 
-fn v1_cpu(layout: &Layout, path: &str) -> Option<Cpu> {
-    let acct = layout.dir("cpuacct", path)?;
-    let usage_ns = read_u64(&acct, "cpuacct.usage")?;
+fn v1_cpu(acct: &Dir, cpu: Option<&Dir>, figures: Figures) -> Option<Cpu> {
+    let usage_ns = acct.read_u64("cpuacct.usage")?;
     let mut c = Cpu {
         usage_ns,
-        user_ns: read_u64(&acct, "cpuacct.usage_user"),
-        system_ns: read_u64(&acct, "cpuacct.usage_sys"),
         ..Default::default()
     };
-    if let Some(stat) = layout.dir("cpu", path).and_then(|d| read(&d, "cpu.stat")) {
+    if figures == Figures::All {
+        c.user_ns = acct.read_u64("cpuacct.usage_user");
+        c.system_ns = acct.read_u64("cpuacct.usage_sys");
+    }
+    if let Some(stat) = cpu.and_then(|d| d.read("cpu.stat")) {
         let s = flat_keyed(&stat);
         c.periods = s.get("nr_periods").copied();
         c.throttled_periods = s.get("nr_throttled").copied();
@@ -159,15 +235,18 @@ fn v1_cpu(layout: &Layout, path: &str) -> Option<Cpu> {
     Some(c)
 }
 
-fn v1_memory(dir: &Path) -> Option<Memory> {
-    let usage = read_u64(dir, "memory.usage_in_bytes")?;
-    let stat = read(dir, "memory.stat").unwrap_or_default();
+fn v1_memory(dir: &Dir, figures: Figures) -> Option<Memory> {
+    let usage = dir.read_u64("memory.usage_in_bytes")?;
+    let all = figures == Figures::All;
+    let stat = dir.read("memory.stat").unwrap_or_default();
     let s = flat_keyed(&stat);
     let get = |k: &str| s.get(k).copied().unwrap_or(0);
     let inactive_file = get("total_inactive_file");
     Some(Memory {
         usage,
-        limit: read_u64(dir, "memory.limit_in_bytes").filter(|l| *l < UNLIMITED),
+        limit: dir
+            .read_u64("memory.limit_in_bytes")
+            .filter(|l| *l < UNLIMITED),
         working_set: usage.saturating_sub(inactive_file),
         rss: get("total_rss"),
         cache: get("total_cache"),
@@ -176,15 +255,17 @@ fn v1_memory(dir: &Path) -> Option<Memory> {
         inactive_file,
         page_faults: get("total_pgfault"),
         major_page_faults: get("total_pgmajfault"),
-        max_usage: read_u64(dir, "memory.max_usage_in_bytes"),
-        failcnt: read_u64(dir, "memory.failcnt"),
+        max_usage: all
+            .then(|| dir.read_u64("memory.max_usage_in_bytes"))
+            .flatten(),
+        failcnt: all.then(|| dir.read_u64("memory.failcnt")).flatten(),
         swap: s.get("total_swap").copied(),
-        oom_kills: super::layout::oom_kills_in(dir, false),
+        oom_kills: all.then(|| dir.oom_kills(false)).flatten(),
     })
 }
 
-fn v2_cpu(dir: &Path) -> Option<Cpu> {
-    let stat = read(dir, "cpu.stat")?;
+fn v2_cpu(dir: &Dir) -> Option<Cpu> {
+    let stat = dir.read("cpu.stat")?;
     let s = flat_keyed(&stat);
     let us = |k: &str| s.get(k).map(|v| v * 1000);
     Some(Cpu {
@@ -197,15 +278,16 @@ fn v2_cpu(dir: &Path) -> Option<Cpu> {
     })
 }
 
-fn v2_memory(dir: &Path) -> Option<Memory> {
-    let usage = read_u64(dir, "memory.current")?;
-    let stat = read(dir, "memory.stat").unwrap_or_default();
+fn v2_memory(dir: &Dir, figures: Figures) -> Option<Memory> {
+    let usage = dir.read_u64("memory.current")?;
+    let all = figures == Figures::All;
+    let stat = dir.read("memory.stat").unwrap_or_default();
     let s = flat_keyed(&stat);
     let get = |k: &str| s.get(k).copied().unwrap_or(0);
     let inactive_file = get("inactive_file");
     Some(Memory {
         usage,
-        limit: read_u64(dir, "memory.max").filter(|l| *l < UNLIMITED),
+        limit: dir.read_u64("memory.max").filter(|l| *l < UNLIMITED),
         working_set: usage.saturating_sub(inactive_file),
         // cAdvisor's RSS on v2: anonymous memory.
         rss: get("anon"),
@@ -215,10 +297,10 @@ fn v2_memory(dir: &Path) -> Option<Memory> {
         inactive_file,
         page_faults: get("pgfault"),
         major_page_faults: get("pgmajfault"),
-        max_usage: read_u64(dir, "memory.peak"),
+        max_usage: all.then(|| dir.read_u64("memory.peak")).flatten(),
         failcnt: None,
-        swap: read_u64(dir, "memory.swap.current"),
-        oom_kills: super::layout::oom_kills_in(dir, true),
+        swap: dir.read_u64("memory.swap.current"),
+        oom_kills: all.then(|| dir.oom_kills(true)).flatten(),
     })
 }
 
@@ -287,7 +369,8 @@ mod tests {
             "memory.stat",
             "cache 1\ntotal_cache 300\ntotal_rss 7000\ntotal_inactive_file 2500\ntotal_pgfault 42\ntotal_pgmajfault 3\n",
         );
-        let m = v1_memory(d.path()).expect("memory");
+        let dir = Dir::open(d.path()).expect("open");
+        let m = v1_memory(&dir, Figures::All).expect("memory");
         assert_eq!(m.working_set, 7500);
         assert_eq!(
             (m.rss, m.cache, m.page_faults, m.major_page_faults),
@@ -305,15 +388,85 @@ mod tests {
             "cpu.stat",
             "usage_usec 1500\nuser_usec 1000\nsystem_usec 500\nnr_periods 4\n",
         );
-        let m = v2_memory(d.path()).expect("memory v2");
+        let m = v2_memory(&dir, Figures::All).expect("memory v2");
         assert_eq!(
             (m.usage, m.limit, m.working_set, m.rss),
             (4096, Some(8192), 0, 1024)
         );
-        let c = v2_cpu(d.path()).expect("cpu v2");
+        let c = v2_cpu(&dir).expect("cpu v2");
         assert_eq!(
             (c.usage_ns, c.user_ns, c.periods),
             (1_500_000, Some(1_000_000), Some(4))
+        );
+    }
+
+    #[test]
+    fn the_cri_figures_leave_the_other_files_unread() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let mut mounts = std::collections::HashMap::new();
+        for c in ["cpuacct", "cpu", "memory", "pids"] {
+            let d = root.path().join(c);
+            std::fs::create_dir_all(d.join("pod/ctr")).expect("mkdir");
+            mounts.insert(c.to_string(), d);
+        }
+        let w = |c: &str, f: &str, s: &str| {
+            std::fs::write(root.path().join(c).join("pod/ctr").join(f), s).expect("write")
+        };
+        w("cpuacct", "cpuacct.usage", "5000\n");
+        w("cpuacct", "cpuacct.usage_user", "3000\n");
+        w("cpuacct", "cpuacct.usage_sys", "2000\n");
+        w(
+            "cpu",
+            "cpu.stat",
+            "nr_periods 7\nnr_throttled 1\nthrottled_time 9\n",
+        );
+        w("memory", "memory.usage_in_bytes", "10000\n");
+        w("memory", "memory.limit_in_bytes", "20000\n");
+        w(
+            "memory",
+            "memory.stat",
+            "total_rss 4000\ntotal_inactive_file 1000\ntotal_swap 5\n",
+        );
+        w("memory", "memory.max_usage_in_bytes", "15000\n");
+        w("memory", "memory.failcnt", "2\n");
+        w(
+            "memory",
+            "memory.oom_control",
+            "oom_kill_disable 0\nunder_oom 0\noom_kill 3\n",
+        );
+        w("pids", "pids.current", "4\n");
+        let layout = Layout::V1(mounts);
+
+        let all = usage(&layout, "/pod/ctr", Figures::All).expect("all");
+        let (c, m) = (all.cpu.expect("cpu"), all.memory.expect("memory"));
+        assert_eq!(
+            (c.usage_ns, c.user_ns, c.system_ns),
+            (5000, Some(3000), Some(2000))
+        );
+        assert_eq!(
+            (c.periods, c.throttled_periods, c.throttled_ns),
+            (Some(7), Some(1), Some(9))
+        );
+        assert_eq!(
+            (m.max_usage, m.failcnt, m.oom_kills),
+            (Some(15000), Some(2), Some(3))
+        );
+        assert_eq!(all.pids, Some(4));
+
+        let cri = usage(&layout, "/pod/ctr", Figures::Cri).expect("cri");
+        let (c, m) = (cri.cpu.expect("cpu"), cri.memory.expect("memory"));
+        assert_eq!((c.usage_ns, c.user_ns, c.periods), (5000, None, None));
+        assert_eq!(
+            (m.usage, m.limit, m.working_set, m.rss, m.swap),
+            (10000, Some(20000), 9000, 4000, Some(5))
+        );
+        assert_eq!((m.max_usage, m.failcnt, m.oom_kills), (None, None, None));
+        assert_eq!(cri.pids, Some(4));
+
+        assert_eq!(
+            usage(&layout, "/pod/gone", Figures::Cri),
+            None,
+            "no such cgroup"
         );
     }
 

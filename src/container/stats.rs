@@ -13,19 +13,40 @@
 //! the difference by the time between them (as containerd and cAdvisor
 //! do). The first read of something leaves it unset. Samples of containers
 //! and pods that no longer exist are dropped on the next list. Readers that
-//! do not report the rate (the metrics RPC) pass `sample: false` and leave
-//! the samples alone, so they do not shorten the stats callers' interval.
+//! do not report the rate (the metrics RPC) read as `Reading::Metrics` and
+//! leave the samples alone, so they do not shorten the stats callers'
+//! interval; they read every figure, the stats callers only the CRI's.
 //!
 //! Everything here does blocking file I/O (and, for the network, joins a
 //! namespace on its own thread); callers run it on a blocking thread.
 
 use super::manager::ContainerManager;
 use super::record::ContainerRecord;
-use crate::cgroup::{self as cgroups, Layout, Usage};
+use crate::cgroup::{self as cgroups, Figures, Layout, Usage};
 use crate::network::netdev::{self, Counters};
 use crate::sandbox::manager::{SandboxRecord, SandboxState};
 use crate::sandbox::SandboxError;
+use std::collections::HashMap;
 use std::path::PathBuf;
+
+/// Who reads, and so what is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reading {
+    /// The stats RPCs: the figures the CRI carries; the CPU rate sampled.
+    Stats,
+    /// The metrics RPCs and the server's own checks: every figure; the
+    /// CPU samples left alone.
+    Metrics,
+}
+
+impl Reading {
+    fn figures(self) -> Figures {
+        match self {
+            Reading::Stats => Figures::Cri,
+            Reading::Metrics => Figures::All,
+        }
+    }
+}
 
 /// Bytes and inodes of a writable layer.
 #[derive(Debug, Clone)]
@@ -66,15 +87,15 @@ fn pod_key(id: &str) -> String {
 }
 
 impl ContainerManager {
-    fn usage_of(&self, layout: &Layout, r: ContainerRecord, sample: bool) -> ContainerUsage {
+    fn usage_of(&self, layout: &Layout, r: ContainerRecord, reading: Reading) -> ContainerUsage {
         let cgroup = if self.under_shim(&r.sandbox_id) {
             self.shim_usage(&r)
         } else {
-            cgroups::usage(layout, &r.cgroups_path)
+            cgroups::usage(layout, &r.cgroups_path, reading.figures())
         };
         let nano_cores = cgroup
             .as_ref()
-            .filter(|_| sample)
+            .filter(|_| reading == Reading::Stats)
             .and_then(|u| Some((u.cpu?.usage_ns, u.timestamp)))
             .and_then(|(ns, at)| self.cpu_samples.rate(&r.id, ns, at));
         let walked = self.layer_usage.get(
@@ -128,13 +149,13 @@ impl ContainerManager {
             .resolve(id)
             .and_then(|i| self.get(&i))
             .ok_or_else(|| SandboxError::NotFound(format!("container {id} not found")))?;
-        Ok(self.usage_of(Layout::host(), r, true))
+        Ok(self.usage_of(Layout::host(), r, Reading::Stats))
     }
 
     /// One container's figures, its CPU rate sampled (a Stream* RPC's
     /// item).
     pub fn usage(&self, r: ContainerRecord) -> ContainerUsage {
-        self.usage_of(Layout::host(), r, true)
+        self.usage_of(Layout::host(), r, Reading::Stats)
     }
 
     /// ListContainerStats: every container `keep` accepts.
@@ -144,7 +165,7 @@ impl ContainerManager {
         recs.retain(|r| keep(r));
         recs.sort_by_key(|r| r.created_at);
         recs.into_iter()
-            .map(|r| self.usage_of(Layout::host(), r, true))
+            .map(|r| self.usage_of(Layout::host(), r, Reading::Stats))
             .collect()
     }
 
@@ -165,28 +186,44 @@ impl ContainerManager {
     pub fn sandbox_usage(
         &self,
         sandbox_id: &str,
-        sample: bool,
+        reading: Reading,
     ) -> Result<SandboxUsage, SandboxError> {
         let rec = self
             .sandboxes
             .resolve(sandbox_id)
             .and_then(|i| self.sandboxes.get(&i))
             .ok_or_else(|| SandboxError::NotFound(format!("pod sandbox {sandbox_id} not found")))?;
-        let layout = Layout::host();
-        let containers: Vec<ContainerUsage> = {
-            let mut recs: Vec<ContainerRecord> = self
-                .lock()
-                .0
-                .values()
-                .filter(|r| r.sandbox_id == rec.id)
-                .cloned()
-                .collect();
-            recs.sort_by_key(|r| r.created_at);
-            recs.into_iter()
-                .map(|r| self.usage_of(layout, r, sample))
-                .collect()
+        let containers: Vec<ContainerRecord> = self
+            .lock()
+            .0
+            .values()
+            .filter(|r| r.sandbox_id == rec.id)
+            .cloned()
+            .collect();
+        let network = match pinned_netns(&rec) {
+            Some(ns) => netdev::read(&ns),
+            None => Err(std::io::ErrorKind::NotFound.into()),
         };
-        let mut total = cgroups::usage(layout, &rec.cgroups_path);
+        Ok(self.pod_usage(rec, containers, network, reading))
+    }
+
+    /// A pod's usage, from its record, its containers' records and what
+    /// reading its network counters gave (an error for a pod without a
+    /// network of its own, or not ready).
+    fn pod_usage(
+        &self,
+        rec: SandboxRecord,
+        mut containers: Vec<ContainerRecord>,
+        network: std::io::Result<Vec<Counters>>,
+        reading: Reading,
+    ) -> SandboxUsage {
+        let layout = Layout::host();
+        containers.sort_by_key(|r| r.created_at);
+        let containers: Vec<ContainerUsage> = containers
+            .into_iter()
+            .map(|r| self.usage_of(layout, r, reading))
+            .collect();
+        let mut total = cgroups::usage(layout, &rec.cgroups_path, reading.figures());
         for c in &containers {
             if let Some(u) = &c.cgroup {
                 match &mut total {
@@ -197,18 +234,17 @@ impl ContainerManager {
         }
         let nano_cores = total
             .as_ref()
-            .filter(|_| sample)
+            .filter(|_| reading == Reading::Stats)
             .and_then(|u| Some((u.cpu?.usage_ns, u.timestamp)))
             .and_then(|(ns, at)| self.cpu_samples.rate(&pod_key(&rec.id), ns, at));
-        let network = match (&rec.netns, rec.state) {
-            (Some(ns), SandboxState::Ready) => match netdev::read(ns) {
-                Ok(v) => Some((crate::sys::now_ns(), v)),
-                Err(e) => {
+        let network = match network {
+            Ok(v) => Some((crate::sys::now_ns(), v)),
+            Err(e) => {
+                if pinned_netns(&rec).is_some() {
                     tracing::debug!(pod_sandbox_id = %rec.id, error = %e, "network counters");
-                    None
                 }
-            },
-            _ => None,
+                None
+            }
         };
         let pressure = match layout {
             crate::cgroup::Layout::V2(_) if !rec.cgroup_parent.is_empty() => layout
@@ -216,21 +252,23 @@ impl ContainerManager {
                 .and_then(|d| d.parent().and_then(crate::cgroup::v2_pressure)),
             _ => None,
         };
-        Ok(SandboxUsage {
+        SandboxUsage {
             pressure,
             record: rec,
             cgroup: total,
             nano_cores,
             network,
             containers,
-        })
+        }
     }
 
-    /// ListPodSandboxStats: every ready pod `keep` accepts.
+    /// ListPodSandboxStats: every ready pod `keep` accepts. The pods'
+    /// network counters are read on one thread, the containers grouped
+    /// by pod once.
     pub fn sandbox_usages(
         &self,
         keep: impl Fn(&SandboxRecord) -> bool,
-        sample: bool,
+        reading: Reading,
     ) -> Vec<SandboxUsage> {
         self.forget_gone_samples();
         let mut recs: Vec<SandboxRecord> = self
@@ -241,8 +279,34 @@ impl ContainerManager {
             .filter(|r| r.state == SandboxState::Ready && keep(r))
             .collect();
         recs.sort_by_key(|r| r.created_at);
-        recs.iter()
-            .filter_map(|r| self.sandbox_usage(&r.id, sample).ok())
+        let mut by_pod: HashMap<String, Vec<ContainerRecord>> =
+            recs.iter().map(|r| (r.id.clone(), Vec::new())).collect();
+        for c in self.lock().0.values() {
+            if let Some(v) = by_pod.get_mut(&c.sandbox_id) {
+                v.push(c.clone());
+            }
+        }
+        let pinned: Vec<PathBuf> = recs.iter().filter_map(pinned_netns).collect();
+        let mut counters = netdev::read_each(pinned).into_iter();
+        recs.into_iter()
+            .map(|rec| {
+                let network = match pinned_netns(&rec) {
+                    Some(_) => counters
+                        .next()
+                        .unwrap_or_else(|| Err(std::io::Error::other("no counters read"))),
+                    None => Err(std::io::ErrorKind::NotFound.into()),
+                };
+                let containers = by_pod.remove(&rec.id).unwrap_or_default();
+                self.pod_usage(rec, containers, network, reading)
+            })
             .collect()
+    }
+}
+
+/// The pinned network namespace of a ready pod that has one of its own.
+fn pinned_netns(rec: &SandboxRecord) -> Option<PathBuf> {
+    match (&rec.netns, rec.state) {
+        (Some(ns), SandboxState::Ready) => Some(ns.clone()),
+        _ => None,
     }
 }

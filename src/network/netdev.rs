@@ -6,7 +6,7 @@
 //! thread.
 
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// One interface's counters.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -50,11 +50,19 @@ pub fn parse(text: &str) -> Vec<Counters> {
         .collect()
 }
 
+fn read_here() -> io::Result<Vec<Counters>> {
+    std::fs::read_to_string("/proc/thread-self/net/dev").map(|t| parse(&t))
+}
+
 /// The counters of every interface in the namespace pinned at `netns`.
 pub fn read(netns: &Path) -> io::Result<Vec<Counters>> {
-    super::netns::in_netns(netns, || {
-        std::fs::read_to_string("/proc/thread-self/net/dev").map(|t| parse(&t))
-    })
+    super::netns::in_netns(netns, read_here)
+}
+
+/// The counters of each namespace of `pinned`, in order, all read on one
+/// thread.
+pub fn read_each(pinned: Vec<PathBuf>) -> Vec<io::Result<Vec<Counters>>> {
+    super::netns::in_each_netns(pinned, read_here)
 }
 
 #[cfg(test)]

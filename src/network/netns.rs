@@ -139,6 +139,36 @@ pub fn in_netns<T: Send + 'static>(
     in_namespace(path, rustix::thread::LinkNameSpaceType::Network, f)
 }
 
+/// Runs `f` in each network namespace of `paths`, in turn, on one thread
+/// (one thread for a node's pods, not one a pod); a namespace that cannot
+/// be opened or joined gets its error, and the next is tried.
+pub fn in_each_netns<T: Send + 'static>(
+    paths: Vec<std::path::PathBuf>,
+    f: impl Fn() -> io::Result<T> + Send + 'static,
+) -> Vec<io::Result<T>> {
+    let n = paths.len();
+    std::thread::spawn(move || {
+        paths
+            .iter()
+            .map(|path| {
+                let ns = fs::File::open(path)?;
+                rustix::thread::move_into_link_name_space(
+                    ns.as_fd(),
+                    Some(rustix::thread::LinkNameSpaceType::Network),
+                )
+                .map_err(io::Error::from)?;
+                f()
+            })
+            .collect()
+    })
+    .join()
+    .unwrap_or_else(|_| {
+        (0..n)
+            .map(|_| Err(io::Error::other("namespace thread panicked")))
+            .collect()
+    })
+}
+
 /// Runs `f` on a thread that has joined the namespace of `kind` at `path`.
 fn in_namespace<T: Send + 'static>(
     path: &Path,
@@ -345,6 +375,52 @@ mod tests {
         let u = dir.path().join("uts");
         create(Kind::Uts, &u, Some("pod-host")).expect("uts");
         remove(&u).expect("remove uts");
+    }
+
+    #[test]
+    fn each_namespace_of_a_list_is_joined_in_turn_on_one_thread() {
+        if !rustix::process::geteuid().is_root() {
+            return;
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        create(Kind::Net, &a, None).expect("a");
+        create(Kind::Net, &b, None).expect("b");
+        let id = |p: &Path| {
+            let p = p.to_path_buf();
+            in_netns(&p, || fs::read_link("/proc/thread-self/ns/net")).expect("ns")
+        };
+        let (ida, idb) = (id(&a), id(&b));
+        let host = fs::read_link("/proc/self/ns/net").expect("host ns");
+        let got = in_each_netns(vec![a.clone(), dir.path().join("gone"), b.clone()], || {
+            Ok((
+                fs::read_link("/proc/thread-self/ns/net")?,
+                std::thread::current().id(),
+            ))
+        });
+        assert_eq!(got.len(), 3);
+        let (first, t1) = got[0].as_ref().expect("a read");
+        let (third, t3) = got[2].as_ref().expect("b read after a missing pin");
+        assert_eq!(
+            (first, third),
+            (&ida, &idb),
+            "each read in its own namespace"
+        );
+        assert_eq!(t1, t3, "one thread for the list");
+        assert_ne!(
+            *t1,
+            std::thread::current().id(),
+            "never the caller's thread"
+        );
+        assert_eq!(
+            got[1].as_ref().map(|_| ()).map_err(|e| e.kind()),
+            Err(io::ErrorKind::NotFound),
+            "a missing pin gets its own error"
+        );
+        assert_eq!(fs::read_link("/proc/self/ns/net").expect("host"), host);
+        assert!(in_each_netns(Vec::new(), || Ok(())).is_empty());
+        remove(&a).expect("remove a");
+        remove(&b).expect("remove b");
     }
 
     #[test]

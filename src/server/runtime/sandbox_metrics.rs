@@ -9,7 +9,7 @@
 
 use super::metric_descriptors::find;
 use crate::api::cri::*;
-use crate::container::stats::{ContainerUsage, SandboxUsage};
+use crate::container::stats::{ContainerUsage, Reading, SandboxUsage};
 use crate::server::instrument::State;
 use tonic::Status;
 
@@ -213,7 +213,7 @@ pub async fn handle(
     let containers = state.containers()?;
     let pod_metrics = tokio::task::spawn_blocking(move || {
         containers
-            .sandbox_usages(|_| true, false)
+            .sandbox_usages(|_| true, Reading::Metrics)
             .iter()
             .map(|s| pod_metrics(s, |id| containers.saved_config(id)))
             .collect()

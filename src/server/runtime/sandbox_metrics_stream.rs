@@ -4,6 +4,7 @@
 
 use super::sandbox_metrics::pod_metrics;
 use crate::api::cri::*;
+use crate::container::stats::Reading;
 use crate::sandbox::manager::SandboxState;
 use crate::server::chunks::{stream, ListStream};
 use crate::server::instrument::State;
@@ -21,7 +22,7 @@ pub async fn handle(state: &State, _req: StreamPodSandboxMetricsRequest) -> Resu
                 sandboxes
                     .get(&id)
                     .filter(|r| r.state == SandboxState::Ready)?;
-                let u = containers.sandbox_usage(&id, false).ok()?;
+                let u = containers.sandbox_usage(&id, Reading::Metrics).ok()?;
                 Some(pod_metrics(&u, |c| containers.saved_config(c)))
             })
         },

@@ -5,6 +5,7 @@
 use super::container_stats::{cpu_of, io_of, memory_of, to_cri};
 use super::sandbox_status::metadata;
 use crate::api::cri::*;
+use crate::container::stats::Reading;
 use crate::container::stats::SandboxUsage;
 use crate::network::netdev::Counters;
 use crate::server::instrument::State;
@@ -77,10 +78,11 @@ pub async fn handle(
         return Err(Status::invalid_argument("pod_sandbox_id is required"));
     }
     let containers = state.containers()?;
-    let u =
-        tokio::task::spawn_blocking(move || containers.sandbox_usage(&req.pod_sandbox_id, true))
-            .await
-            .map_err(|e| Status::internal(format!("stats task: {e}")))??;
+    let u = tokio::task::spawn_blocking(move || {
+        containers.sandbox_usage(&req.pod_sandbox_id, Reading::Stats)
+    })
+    .await
+    .map_err(|e| Status::internal(format!("stats task: {e}")))??;
     Ok(PodSandboxStatsResponse {
         stats: Some(to_cri_pod(&u)),
     })

@@ -4,6 +4,7 @@
 
 use super::sandbox_stats::to_cri_pod;
 use crate::api::cri::*;
+use crate::container::stats::Reading;
 use crate::sandbox::manager::SandboxRecord;
 use crate::server::instrument::State;
 use tonic::Status;
@@ -20,10 +21,11 @@ pub async fn handle(
 ) -> Result<ListPodSandboxStatsResponse, Status> {
     let containers = state.containers()?;
     let f = req.filter.unwrap_or_default();
-    let list =
-        tokio::task::spawn_blocking(move || containers.sandbox_usages(|r| keep(&f, r), true))
-            .await
-            .map_err(|e| Status::internal(format!("stats task: {e}")))?;
+    let list = tokio::task::spawn_blocking(move || {
+        containers.sandbox_usages(|r| keep(&f, r), Reading::Stats)
+    })
+    .await
+    .map_err(|e| Status::internal(format!("stats task: {e}")))?;
     Ok(ListPodSandboxStatsResponse {
         stats: list.iter().map(to_cri_pod).collect(),
     })

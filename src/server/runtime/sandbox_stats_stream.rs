@@ -5,6 +5,7 @@
 use super::sandbox_stats::to_cri_pod;
 use super::sandbox_stats_list::keep;
 use crate::api::cri::*;
+use crate::container::stats::Reading;
 use crate::sandbox::manager::SandboxState;
 use crate::server::chunks::{stream, ListStream};
 use crate::server::instrument::State;
@@ -24,7 +25,7 @@ pub async fn handle(state: &State, req: StreamPodSandboxStatsRequest) -> Result<
                     .get(&id)
                     .filter(|r| r.state == SandboxState::Ready && keep(&f, r))?;
                 containers
-                    .sandbox_usage(&r.id, true)
+                    .sandbox_usage(&r.id, Reading::Stats)
                     .ok()
                     .map(|u| to_cri_pod(&u))
             })

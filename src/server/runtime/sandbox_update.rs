@@ -4,6 +4,7 @@
 //! FailedPrecondition.
 
 use crate::api::cri::{UpdatePodSandboxResourcesRequest, UpdatePodSandboxResourcesResponse};
+use crate::container::stats::Reading;
 use crate::server::instrument::State;
 use tonic::Status;
 
@@ -19,7 +20,7 @@ pub async fn handle(
     let containers = state.containers()?;
     let pod = id.clone();
     let working_set = tokio::task::spawn_blocking(move || {
-        let u = containers.sandbox_usage(&pod, false).ok()?;
+        let u = containers.sandbox_usage(&pod, Reading::Metrics).ok()?;
         Some(u.cgroup?.memory?.working_set)
     })
     .await
