@@ -311,8 +311,7 @@ pub async fn run(
                             // too (refused under pressure), and by the node's
                             // pod capacity (maxPods).
                             if new && u.op == Op::Add {
-                                let terminal = |id: &str| ctx.status.get(id).is_some_and(|s| matches!(s.phase.as_deref(), Some("Succeeded" | "Failed")));
-                                if let Err(r) = ctx.eviction.admit(&u.pod).and_then(|()| pods.fits(&uid, ctx.settings.max_pods, terminal)) {
+                                if let Err(r) = ctx.eviction.admit(&u.pod).and_then(|()| pods.fits(&uid, ctx.settings.max_pods, |id| finished(&ctx, id))) {
                                     pods.reject(&uid, r);
                                 }
                             }
@@ -429,6 +428,14 @@ pub async fn run(
     Ok(())
 }
 
+/// Whether the pod `uid` has reached a terminal phase (Succeeded or
+/// Failed): it holds no place on the node and eviction cannot choose it.
+fn finished(ctx: &Ctx, uid: &str) -> bool {
+    ctx.status
+        .get(uid)
+        .is_some_and(|s| matches!(s.phase.as_deref(), Some("Succeeded" | "Failed")))
+}
+
 /// Pods eviction may choose from: admitted, not finished, not evicted.
 fn active_pods(
     ctx: &Ctx,
@@ -439,9 +446,7 @@ fn active_pods(
         .filter(|d| d.rejection.is_none())
         .filter(|d| {
             let uid = defaults::uid(&d.pod);
-            let phase = ctx.status.get(uid).and_then(|s| s.phase);
-            !matches!(phase.as_deref(), Some("Succeeded") | Some("Failed"))
-                && ctx.eviction.evicted(uid).is_none()
+            !finished(ctx, uid) && ctx.eviction.evicted(uid).is_none()
         })
         .map(|d| d.pod.clone())
         .collect()
