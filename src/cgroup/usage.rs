@@ -412,29 +412,24 @@ mod tests {
         let w = |c: &str, f: &str, s: &str| {
             std::fs::write(root.path().join(c).join("pod/ctr").join(f), s).expect("write")
         };
-        w("cpuacct", "cpuacct.usage", "5000\n");
-        w("cpuacct", "cpuacct.usage_user", "3000\n");
-        w("cpuacct", "cpuacct.usage_sys", "2000\n");
-        w(
-            "cpu",
-            "cpu.stat",
-            "nr_periods 7\nnr_throttled 1\nthrottled_time 9\n",
-        );
-        w("memory", "memory.usage_in_bytes", "10000\n");
-        w("memory", "memory.limit_in_bytes", "20000\n");
-        w(
-            "memory",
-            "memory.stat",
-            "total_rss 4000\ntotal_inactive_file 1000\ntotal_swap 5\n",
-        );
-        w("memory", "memory.max_usage_in_bytes", "15000\n");
-        w("memory", "memory.failcnt", "2\n");
-        w(
-            "memory",
-            "memory.oom_control",
-            "oom_kill_disable 0\nunder_oom 0\noom_kill 3\n",
-        );
-        w("pids", "pids.current", "4\n");
+        let cpu_stat = "nr_periods 7\nnr_throttled 1\nthrottled_time 9\n";
+        let mem_stat = "total_rss 4000\ntotal_inactive_file 1000\ntotal_swap 5\n";
+        let oom = "oom_kill_disable 0\nunder_oom 0\noom_kill 3\n";
+        for (c, f, text) in [
+            ("cpuacct", "cpuacct.usage", "5000\n"),
+            ("cpuacct", "cpuacct.usage_user", "3000\n"),
+            ("cpuacct", "cpuacct.usage_sys", "2000\n"),
+            ("cpu", "cpu.stat", cpu_stat),
+            ("memory", "memory.usage_in_bytes", "10000\n"),
+            ("memory", "memory.limit_in_bytes", "20000\n"),
+            ("memory", "memory.stat", mem_stat),
+            ("memory", "memory.max_usage_in_bytes", "15000\n"),
+            ("memory", "memory.failcnt", "2\n"),
+            ("memory", "memory.oom_control", oom),
+            ("pids", "pids.current", "4\n"),
+        ] {
+            w(c, f, text);
+        }
         let layout = Layout::V1(mounts);
 
         let all = usage(&layout, "/pod/ctr", Figures::All).expect("all");
