@@ -65,6 +65,7 @@ write_conflist "$work/net.d" "$bridge" "$subnet" "$work/ipam"
 echo $! >"$work/husk.pid"
 wait_socket "$work/husk/husk.sock"
 endpoint="unix://$work/husk/husk.sock"
+wait_ready "$husk" "$endpoint"
 "$husk" images --endpoint "$endpoint" pull "$app" >/dev/null
 "$husk" images --endpoint "$endpoint" pull "$pause" >/dev/null
 

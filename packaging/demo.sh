@@ -44,6 +44,7 @@ echo "== husk serve"
 echo $! >"$work/husk.pid"
 wait_socket "$work/run/husk.sock"
 ep="unix://$work/run/husk.sock"
+wait_ready "$husk" "$ep"
 
 echo "== pull"
 "$husk" images --endpoint "$ep" pull "127.0.0.1:$port/demo/busybox:latest"

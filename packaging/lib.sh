@@ -51,6 +51,18 @@ build_busybox_oci() {
   rm -rf "$work"
 }
 
+# wait_ready HUSK ENDPOINT: until husk serve answers. Its socket is up
+# before it has recovered its state (an empty root takes a moment too),
+# and until then every call is Unavailable ("still recovering").
+wait_ready() {
+  for _ in $(seq 400); do
+    "$1" images --endpoint "$2" ls >/dev/null 2>&1 && return 0
+    sleep 0.05
+  done
+  echo "husk at $2 did not answer" >&2
+  return 1
+}
+
 # wait_socket PATH: until a unix socket exists.
 wait_socket() {
   for _ in $(seq 200); do
