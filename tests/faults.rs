@@ -131,6 +131,62 @@ async fn cni_plugin_that_hangs_fails_or_leaves_children() {
     clean(&p, "after a good pod").await;
 }
 
+/// A kubelet whose RunPodSandbox deadline passes goes while the pod is
+/// being made (here: while a CNI ADD hangs until the plugin's deadline).
+/// The pod is still made or unwound to its end, and its name is released
+/// when it fails: the kubelet's retry, under the same name, gets the
+/// plugin's own error, never "name is reserved" for a pod that is not there.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_caller_gone_mid_run_leaves_no_name_reserved() {
+    if !common::require_root() {
+        return;
+    }
+    let bin = tempfile::tempdir().unwrap();
+    common::write_executable(&bin.path().join("faulty"), &PLUGIN.replace("SLEEP", SLEEP));
+    let p = setup_with(
+        vec![serde_json::json!({"type": "faulty"})],
+        &format!("{}:/usr/lib/cni", bin.path().display()),
+        vec!["--cni-plugin-timeout".into(), "2".into()],
+    )
+    .await;
+    set_mode(bin.path(), "hang");
+    let gone = tokio::time::timeout(Duration::from_millis(500), run(&p.h, p.config("gone"))).await;
+    assert!(
+        gone.is_err(),
+        "the caller went before the pod was made: {gone:?}"
+    );
+
+    // While the ADD still hangs the name is the first call's; once the
+    // plugin is killed at its deadline, the pod unwinds and frees it.
+    set_mode(bin.path(), "garbage");
+    let mut last = None;
+    for _ in 0..300 {
+        match run(&p.h, p.config("gone")).await {
+            Err(e) if e.code() == tonic::Code::AlreadyExists => {
+                last = Some(e);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            other => {
+                let e = other.expect_err("the plugin still fails");
+                assert!(e.message().contains("the plugin broke"), "{}", e.message());
+                last = None;
+                break;
+            }
+        }
+    }
+    assert!(last.is_none(), "the name stayed reserved: {last:?}");
+    clean(&p, "after a caller gone mid-run").await;
+
+    // The server kept serving: a good pod runs.
+    set_mode(bin.path(), "ok");
+    let id = run(&p.h, p.config("made")).await.unwrap();
+    let mut rt = p.h.runtime().await;
+    rt.remove_pod_sandbox(RemovePodSandboxRequest { pod_sandbox_id: id })
+        .await
+        .unwrap();
+    clean(&p, "after a good pod").await;
+}
+
 /// An image with one 6 MiB incompressible layer, pushed as `repo:v1`.
 async fn big_layer_image(reg: &common::registry::Registry, repo: &str) -> common::images::Image {
     use common::images::*;

@@ -376,3 +376,74 @@ async fn images_are_pulled_for_any_configured_handler() {
     assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
     assert!(e.message().contains("\"runc\""), "{e:?}");
 }
+
+/// A kubelet whose CreateContainer deadline passes goes while the
+/// container is being made (here: while its runtime's create takes two
+/// seconds to fail). The create still runs to its end and unwinds, and
+/// the container's name is released: the retry under the same name gets
+/// the runtime's own error, never "name is reserved" for a container that
+/// is not there; and nothing is left.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_caller_gone_mid_create_leaves_no_name_reserved() {
+    if !common::require_root() {
+        return;
+    }
+    let bins = tempfile::tempdir().unwrap();
+    let mode = bins.path().join("mode");
+    let flaky = script(
+        bins.path(),
+        "flaky-runtime",
+        &format!(
+            r#"if [ "$(cat {})" = slow ]; then for a in "$@"; do case "$a" in create) sleep 2; echo "slowboom" >&2; exit 1;; esac; done; fi; exec /usr/sbin/runc "$@""#,
+            mode.display()
+        ),
+    );
+    std::fs::write(&mode, "ok").unwrap();
+    let config = format!("[runtimes.flaky]\ntype = \"oci\"\npath = \"{flaky}\"\n");
+    let p = pod::setup_config(vec![], "/usr/lib/cni", vec![], &config).await;
+    let app = app_image(&p).await;
+    let pc = pod_config(&p, "gone");
+    let pod_id = run_under(&p.h, pc.clone(), "flaky").await.unwrap();
+
+    std::fs::write(&mode, "slow").unwrap();
+    let c = shell(&app, "late", "sleep 1", &[]);
+    let gone = tokio::time::timeout(
+        std::time::Duration::from_millis(500),
+        try_create(&p.h, &pod_id, &pc, c.clone()),
+    )
+    .await;
+    assert!(
+        gone.is_err(),
+        "the caller went before the create ended: {gone:?}"
+    );
+    let mut last = None;
+    for _ in 0..300 {
+        match try_create(&p.h, &pod_id, &pc, c.clone()).await {
+            Err(e) if e.code() == Code::AlreadyExists => {
+                last = Some(e);
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            other => {
+                let e = other.expect_err("the runtime still fails");
+                assert!(e.message().contains("slowboom"), "{e:?}");
+                last = None;
+                break;
+            }
+        }
+    }
+    assert!(last.is_none(), "the name stayed reserved: {last:?}");
+    let listed =
+        p.h.runtime()
+            .await
+            .list_containers(ListContainersRequest::default())
+            .await
+            .unwrap()
+            .into_inner()
+            .containers;
+    assert_eq!(listed.len(), 0, "no container was made: {listed:?}");
+
+    std::fs::write(&mode, "ok").unwrap();
+    stop_remove_pod(&p.h, &pod_id).await;
+    assert_eq!(runc_state(&p), Vec::<String>::new());
+    assert_eq!(leftovers(&p), Vec::<String>::new());
+}

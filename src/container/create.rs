@@ -75,8 +75,7 @@ impl ContainerManager {
         // A place among the creates running at once (`gate.rs`), taken
         // before the name is reserved: a caller gone while it waits leaves
         // nothing.
-        let _place = super::gate::creates()
-            .acquire()
+        let place = super::gate::create_place()
             .await
             .map_err(|e| SandboxError::io("wait for a create place")(std::io::Error::other(e)))?;
         let id = format!("{:032x}", rand::random::<u128>());
@@ -91,20 +90,44 @@ impl ContainerManager {
             }
             g.1.insert(name.clone(), id.clone());
         }
-        let this = self.clone();
-        let (id2, sid) = (id.clone(), sandbox_id.to_string());
         let found = Found {
             image,
             volumes,
             stop_signal,
             devices,
         };
+        // From here the create runs to its end in a task of its own, with
+        // its place: a caller that goes (the kubelet's deadline under a
+        // burst) leaves a container made, or one unwound with its name
+        // released, never a name reserved for nothing.
+        let this = self.clone();
+        let sandbox_id = sandbox_id.to_string();
+        crate::otel::spawn(async move {
+            let _place = place;
+            this.create_reserved(id, name, sandbox_id, c, found).await
+        })
+        .await
+        .map_err(err)?
+    }
+
+    /// The rest of a create whose name is reserved.
+    async fn create_reserved(
+        self: Arc<Self>,
+        id: String,
+        name: String,
+        sandbox_id: String,
+        c: ContainerConfig,
+        found: Found,
+    ) -> Result<String, SandboxError> {
+        let this = self.clone();
+        let (id2, sid) = (id.clone(), sandbox_id.clone());
         let r = crate::otel::spawn_blocking(move || this.create_blocking(&id2, &sid, &c, &found))
             .await
-            .map_err(err)?;
+            .map_err(err)
+            .and_then(|r| r);
         if r.is_err() {
             self.lock().1.remove(&name);
-            self.discard(Some(sandbox_id), &id);
+            self.discard(Some(&sandbox_id), &id);
         }
         if r.is_ok() {
             if let Some((nri, pod, c)) = self.nri_event(&id) {

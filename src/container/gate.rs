@@ -13,14 +13,19 @@
 //! is reserved or made, so a caller that gives up while waiting leaves
 //! nothing behind.
 
-use std::sync::OnceLock;
-use tokio::sync::Semaphore;
+use std::sync::{Arc, OnceLock};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-/// The places of container creates: twice the node's CPUs.
-pub fn creates() -> &'static Semaphore {
-    static GATE: OnceLock<Semaphore> = OnceLock::new();
+/// Waits for a place among the container creates (twice the node's
+/// CPUs). The place is held by the create, not by its caller: a caller
+/// that goes once the create has begun does not free it early.
+pub async fn create_place() -> Result<OwnedSemaphorePermit, tokio::sync::AcquireError> {
+    static GATE: OnceLock<Arc<Semaphore>> = OnceLock::new();
     GATE.get_or_init(|| {
         let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
-        Semaphore::new(2 * cpus)
+        Arc::new(Semaphore::new(2 * cpus))
     })
+    .clone()
+    .acquire_owned()
+    .await
 }

@@ -220,6 +220,23 @@ pub fn carry<T>(f: impl FnOnce() -> T) -> impl FnOnce() -> T {
     }
 }
 
+/// `tokio::spawn`, the context now in force carried along: for work that
+/// must run to its end even if the caller that started it goes (a create
+/// whose name is reserved: made, or unwound and its name released).
+pub fn spawn<F>(f: F) -> tokio::task::JoinHandle<F::Output>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    use opentelemetry::context::FutureExt;
+    use tracing::Instrument;
+    let f = f.in_current_span();
+    match current() {
+        Some(cx) => tokio::spawn(f.with_context(cx)),
+        None => tokio::spawn(f),
+    }
+}
+
 /// `tokio::task::spawn_blocking`, the context now in force carried along.
 pub fn spawn_blocking<T, F>(f: F) -> tokio::task::JoinHandle<T>
 where

@@ -40,6 +40,21 @@ fn mode(c: &PodSandboxConfig) -> (NamespaceMode, NamespaceMode, NamespaceMode) {
     (m(ns.network), m(ns.pid), m(ns.ipc))
 }
 
+/// A RunPodSandbox checked and its name reserved: what its task makes.
+struct Reserved {
+    name: String,
+    id: String,
+    config: PodSandboxConfig,
+    runtime_handler: String,
+    oci: Option<crate::api::shim::OciRuntime>,
+    spec_annotations: Vec<(String, String)>,
+    userns: Userns,
+    /// Whether the pod has a pause (a shared PID namespace, or a shim
+    /// runtime's sandbox task).
+    pause: bool,
+    steps: crate::timing::Stages,
+}
+
 /// What a RunPodSandbox asks for, checked, with the id it was given.
 struct Asked<'a> {
     id: &'a str,
@@ -105,6 +120,41 @@ impl SandboxManager {
             inner.names.insert(name.clone(), id.clone());
         }
         steps.end("validate");
+        // From here the pod is made in a task of its own: a caller that
+        // goes (the kubelet's deadline under a burst) leaves a pod made, or
+        // one unwound with its name released, never a name reserved for
+        // nothing.
+        let shim = handler.is_shim();
+        let this = self.clone();
+        let reserved = Reserved {
+            name,
+            id,
+            config,
+            runtime_handler,
+            oci,
+            spec_annotations,
+            userns,
+            pause: pid == NamespaceMode::Pod || shim,
+            steps,
+        };
+        crate::otel::spawn(async move { this.run_reserved(reserved).await })
+            .await
+            .map_err(|e| SandboxError::Shim(format!("run task: {e}")))?
+    }
+
+    /// The rest of a RunPodSandbox whose name is reserved.
+    async fn run_reserved(self: Arc<Self>, r: Reserved) -> Result<String, SandboxError> {
+        let Reserved {
+            name,
+            id,
+            config,
+            runtime_handler,
+            oci,
+            spec_annotations,
+            userns,
+            pause,
+            mut steps,
+        } = r;
         let release = |m: &SandboxManager| {
             m.lock_inner().names.remove(&name);
         };
@@ -112,8 +162,7 @@ impl SandboxManager {
         let sandbox_image = self.sandbox_image();
         // A shim runtime's pod has one too: its sandbox task, which Kata
         // makes the pod's VM of and the runc shim groups the pod by.
-        let found = (pid == NamespaceMode::Pod || handler.is_shim())
-            .then(|| self.images.find(&sandbox_image));
+        let found = pause.then(|| self.images.find(&sandbox_image));
         steps.end("image");
         let image = match found {
             Some(Some(r)) => Ok(Some(r)),
@@ -129,7 +178,7 @@ impl SandboxManager {
         let image = match image {
             Ok(i) => i,
             Err(e) => {
-                release(self);
+                release(&self);
                 return Err(e.into());
             }
         };
@@ -168,7 +217,7 @@ impl SandboxManager {
                 Ok(id)
             }
             Err(e) => {
-                release(self);
+                release(&self);
                 Err(e)
             }
         }
