@@ -200,21 +200,18 @@ impl ContainerManager {
             .filter(|r| r.sandbox_id == rec.id)
             .cloned()
             .collect();
-        let network = match pinned_netns(&rec) {
-            Some(ns) => netdev::read(&ns),
-            None => Err(std::io::ErrorKind::NotFound.into()),
-        };
+        let network = pinned_netns(&rec).map(|ns| netdev::read(&ns));
         Ok(self.pod_usage(rec, containers, network, reading))
     }
 
     /// A pod's usage, from its record, its containers' records and what
-    /// reading its network counters gave (an error for a pod without a
+    /// reading its network counters gave (None for a pod without a
     /// network of its own, or not ready).
     fn pod_usage(
         &self,
         rec: SandboxRecord,
         mut containers: Vec<ContainerRecord>,
-        network: std::io::Result<Vec<Counters>>,
+        network: Option<std::io::Result<Vec<Counters>>>,
         reading: Reading,
     ) -> SandboxUsage {
         let layout = Layout::host();
@@ -237,15 +234,13 @@ impl ContainerManager {
             .filter(|_| reading == Reading::Stats)
             .and_then(|u| Some((u.cpu?.usage_ns, u.timestamp)))
             .and_then(|(ns, at)| self.cpu_samples.rate(&pod_key(&rec.id), ns, at));
-        let network = match network {
+        let network = network.and_then(|read| match read {
             Ok(v) => Some((crate::sys::now_ns(), v)),
             Err(e) => {
-                if pinned_netns(&rec).is_some() {
-                    tracing::debug!(pod_sandbox_id = %rec.id, error = %e, "network counters");
-                }
+                tracing::debug!(pod_sandbox_id = %rec.id, error = %e, "network counters");
                 None
             }
-        };
+        });
         let pressure = match layout {
             crate::cgroup::Layout::V2(_) if !rec.cgroup_parent.is_empty() => layout
                 .dir("", &rec.cgroups_path)
@@ -290,12 +285,11 @@ impl ContainerManager {
         let mut counters = netdev::read_each(pinned).into_iter();
         recs.into_iter()
             .map(|rec| {
-                let network = match pinned_netns(&rec) {
-                    Some(_) => counters
+                let network = pinned_netns(&rec).map(|_| {
+                    counters
                         .next()
-                        .unwrap_or_else(|| Err(std::io::Error::other("no counters read"))),
-                    None => Err(std::io::ErrorKind::NotFound.into()),
-                };
+                        .unwrap_or_else(|| Err(std::io::Error::other("no counters read")))
+                });
                 let containers = by_pod.remove(&rec.id).unwrap_or_default();
                 self.pod_usage(rec, containers, network, reading)
             })
