@@ -103,10 +103,17 @@ async fn stats_move_with_cpu_memory_and_writes_and_filters_work() {
 
     // Memory: the shell variable shows as RSS and working set, the file in
     // the writable layer.
-    let s = wait_for!(30, "the hog's memory", {
+    // The layer's figure is walked at most once a period and counts
+    // allocated blocks, which may lag the write (delayed allocation): wait
+    // for both.
+    let s = wait_for!(30, "the hog's memory and writable layer", {
         let s = container_stats(h, &hog).await;
+        let layer = s
+            .writable_layer
+            .as_ref()
+            .is_some_and(|w| v(&w.used_bytes) >= 5_000_000);
         s.memory
-            .filter(|m| v(&m.rss_bytes) >= 50_000_000)
+            .filter(|m| layer && v(&m.rss_bytes) >= 50_000_000)
             .map(|_| s)
     });
     let m = s.memory.unwrap();
