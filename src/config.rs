@@ -41,6 +41,9 @@ pub struct Config {
     pub log_format: String,
     /// The pause image that holds each pod's namespaces.
     pub sandbox_image: String,
+    /// Where a pod's mounts live: "node" (the node's mount namespace) or
+    /// "pod" (its monitor's own, `sandbox::podns`).
+    pub mount_namespace: String,
     pub registry: RegistryConfig,
     pub cni: CniConfig,
     pub cgroup: CgroupConfig,
@@ -146,6 +149,7 @@ impl Default for Config {
             log_level: "info".into(),
             log_format: "text".into(),
             sandbox_image: "registry.k8s.io/pause:3.10".into(),
+            mount_namespace: "node".into(),
             registry: RegistryConfig::default(),
             cni: CniConfig::default(),
             cgroup: CgroupConfig::default(),
@@ -255,6 +259,12 @@ impl Config {
         if let Err(e) = crate::reference::Reference::parse(&self.sandbox_image) {
             return Err(ConfigError(format!("sandbox_image: {e}")));
         }
+        if !matches!(self.mount_namespace.as_str(), "node" | "pod") {
+            return Err(ConfigError(format!(
+                "mount_namespace: {:?} must be \"node\" or \"pod\"",
+                self.mount_namespace
+            )));
+        }
         if self.registry.max_concurrent_downloads == 0 {
             return Err(ConfigError(
                 "registry.max_concurrent_downloads: must be at least 1".into(),
@@ -336,6 +346,13 @@ log_level = {log_level:?}
 log_format = {log_format:?}
 # The pause image that holds each pod's namespaces.
 sandbox_image = {sandbox_image:?}
+# Where each pod's mounts (rootfs, /dev/shm, namespace pins) live: "node",
+# the node's mount namespace; "pod", a mount namespace of the pod's
+# monitor, so that the node's mount table does not grow with its pods and
+# a container's create costs the same at the thousandth pod as at the
+# first. "pod" needs the kernel's open_tree and move_mount (Linux 5.2);
+# refuses Bidirectional mount propagation.
+mount_namespace = {mount_namespace:?}
 # The runtime handler of a pod that names none (a [runtimes.*] table).
 default_runtime = {default_runtime:?}
 
@@ -417,6 +434,7 @@ queue_size = {tr_queue}
             log_level = d.log_level,
             log_format = d.log_format,
             sandbox_image = d.sandbox_image,
+            mount_namespace = d.mount_namespace,
             config_dir = d.registry.config_dir.display().to_string(),
             mcd = d.registry.max_concurrent_downloads,
             stall = d.registry.stall_timeout_secs,

@@ -43,6 +43,10 @@ pub struct ServeFlags {
     /// The pause image [default: registry.k8s.io/pause:3.10].
     #[arg(long)]
     pub sandbox_image: Option<String>,
+    /// node|pod: where a pod's mounts live, the node's mount namespace or
+    /// its monitor's own [default: node].
+    #[arg(long)]
+    pub mount_namespace: Option<String>,
     /// auto|systemd|cgroupfs: who makes pod cgroups; must match the
     /// kubelet's cgroupDriver [default: auto].
     #[arg(long)]
@@ -135,6 +139,10 @@ pub fn load_layered(f: &ServeFlags) -> Result<Layered, ConfigError> {
     if let Some(v) = &f.sandbox_image {
         c.sandbox_image = v.clone();
         set.push(("sandbox_image", "--sandbox-image"));
+    }
+    if let Some(v) = &f.mount_namespace {
+        c.mount_namespace = v.clone();
+        set.push(("mount_namespace", "--mount-namespace"));
     }
     if let Some(v) = &f.cgroup_driver {
         c.cgroup.driver = v.clone();

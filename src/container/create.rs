@@ -321,6 +321,10 @@ impl ContainerManager {
         }
         let mut c = c.clone();
         super::idmapped::mount_all(&mut c, &dir, pod.userns.as_ref())?;
+        if let Some(pid) = super::pod_mounts::monitor(&pod, &self.sandboxes.shim_dir(sandbox_id))? {
+            super::pod_mounts::stage_unseen(pid, &mut c, &dir)?;
+            super::pod_mounts::hand_over(pid, &dir)?;
+        }
         if let Some(res) = c.linux.as_mut().and_then(|l| l.resources.as_mut()) {
             crate::cgroup::validate(res, crate::cgroup::Layout::host())?;
             crate::cgroup::prune_unsupported(crate::cgroup::Layout::host(), &cgroups_path, res);

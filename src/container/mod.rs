@@ -21,6 +21,7 @@ pub mod manager;
 pub mod mounts;
 mod nri_view;
 mod ops;
+mod pod_mounts;
 pub mod record;
 mod recover;
 pub mod signal;

@@ -203,6 +203,16 @@ impl ContainerManager {
         // listed and removable. After a killed shim its processes may still
         // be dying (they hold the rootfs, and the cgroup holds them): the
         // rootfs waits for the delete then.
+        let monitor = self
+            .sandboxes
+            .get(&r.sandbox_id)
+            .and_then(|p| super::pod_mounts::monitor(&p, &shim_dir).ok().flatten());
+        let remove_layers = |dir: &Path| match monitor {
+            Some(pid) => super::pod_mounts::unmount_in_pod(pid, dir)
+                .map_err(SandboxError::io("unmount container rootfs"))
+                .and_then(|()| remove_layers(dir)),
+            None => remove_layers(dir),
+        };
         let (deleted, layers) = std::thread::scope(|scope| {
             let layers = (!respawned).then(|| scope.spawn(|| remove_layers(&dir)));
             let deleted = if client::pid(&shim_dir).is_some() {

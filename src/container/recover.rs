@@ -20,6 +20,15 @@ impl ContainerManager {
             if let Err(e) = self.sandboxes.ensure_shim(pod, id) {
                 tracing::warn!(container_id = %id, error = %e, "no shim to clean up with");
             }
+            if let Some(pid) = self
+                .sandboxes
+                .get(pod)
+                .and_then(|r| super::pod_mounts::monitor(&r, &shim_dir).ok().flatten())
+            {
+                if let Err(e) = super::pod_mounts::unmount_in_pod(pid, &self.dir(id)) {
+                    tracing::warn!(container_id = %id, error = %e, "unmount in the pod's mount namespace");
+                }
+            }
             if client::pid(&shim_dir).is_some() {
                 let _ = shim_call(
                     &shim_dir,

@@ -92,6 +92,10 @@ pub struct SandboxRecord {
     /// The pod's own user namespace (hostUsers: false); None: the node's.
     #[serde(default)]
     pub userns: Option<super::userns::PodUserns>,
+    /// The pod's mounts live in its monitor's mount namespace
+    /// (`podns`): its pins are recorded as the server reaches them there.
+    #[serde(default)]
+    pub own_mount_ns: bool,
 }
 
 impl SandboxRecord {

@@ -20,6 +20,7 @@ pub mod files;
 pub mod handlers;
 pub mod manager;
 mod pause;
+pub mod podns;
 mod recover;
 mod resize;
 pub mod rootfs;

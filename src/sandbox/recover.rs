@@ -61,6 +61,12 @@ impl SandboxManager {
         }
         let config = self.saved_config(id);
         let shim_dir = self.shim_dir(id);
+        // The pod's netns, held while its shim still runs: in the pod's own
+        // mount namespace (`podns`) the pin goes with the shim.
+        let net_pin = netns::pin_path(&self.paths.state, NsKind::Net, id);
+        let held = client::pid(&shim_dir)
+            .and_then(|p| u32::try_from(p).ok())
+            .and_then(|p| super::podns::hold_netns(&super::podns::seen(p, &net_pin)));
         // The shim: its containers (the pause, and any container created
         // in it) are deleted, then it exits. A shim that died with
         // libcontainer state left is replaced by a fresh one for this.
@@ -103,12 +109,15 @@ impl SandboxManager {
             tracing::warn!(pod_sandbox_id = %id, "killed a shim that never finished starting");
         }
         // The network: DEL only where ADD could have run (a pinned netns).
-        let net_pin = netns::pin_path(&self.paths.state, NsKind::Net, id);
-        if !spare && is_mount_point(&net_pin) {
+        let del_ns = match &held {
+            Some(f) => Some(super::podns::held_path(f)),
+            None => is_mount_point(&net_pin).then(|| net_pin.clone()),
+        };
+        if let (false, Some(ns)) = (spare, del_ns) {
             let md = config.metadata.clone().unwrap_or_default();
             match NetworkList::load_first(&self.paths.cni_conf_dir) {
                 Ok(Some(net)) => {
-                    let att = self.attachment(id, &net_pin, &md, &config);
+                    let att = self.attachment(id, &ns, &md, &config);
                     if let Err(e) = self.cni().del(&net, &att) {
                         tracing::warn!(pod_sandbox_id = %id, error = %e, "CNI DEL of an unfinished pod sandbox failed");
                     }

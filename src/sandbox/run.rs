@@ -11,6 +11,7 @@ use crate::network::cni::{Attachment, Cni, NetworkList};
 use crate::network::netns::{self, Kind as NsKind};
 use crate::shim::client;
 use prost::Message;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -371,20 +372,39 @@ impl SandboxManager {
                 .find(|(k, _)| *k == kind)
                 .map(|(_, p)| p.clone())
         };
-        let (netns_path, utsns, ipcns) = (
-            pinned(NsKind::Net),
-            pinned(NsKind::Uts),
-            pinned(NsKind::Ipc),
-        );
-
         let mut sysctls: Vec<(String, String)> = c
             .linux
             .as_ref()
             .map(|l| l.sysctls.clone().into_iter().collect())
             .unwrap_or_default();
         sysctls.sort();
-        netns::set_sysctls(netns_path.as_deref(), ipcns.as_deref(), &sysctls)
-            .map_err(|e| SandboxError::Invalid(e.to_string()))?;
+        netns::set_sysctls(
+            pinned(NsKind::Net).as_deref(),
+            pinned(NsKind::Ipc).as_deref(),
+            &sysctls,
+        )
+        .map_err(|e| SandboxError::Invalid(e.to_string()))?;
+        // With `mount_namespace = "pod"` the pins go to the pod's monitor
+        // (`podns`), once it runs; the pod is told them as the server
+        // reaches them there.
+        let monitor = if crate::shim::client::own_mount_ns() {
+            let pid = join_shim(&shim_job, &shim_dir)?;
+            let paths: Vec<PathBuf> = pins.iter().map(|(_, p)| p.clone()).collect();
+            super::podns::adopt(pid, &paths)
+                .map_err(SandboxError::io("hand the pod its namespaces"))?;
+            Some(pid)
+        } else {
+            None
+        };
+        let seen = |p: PathBuf| match monitor {
+            Some(pid) => super::podns::seen(pid, &p),
+            None => p,
+        };
+        let (netns_path, utsns, ipcns) = (
+            pinned(NsKind::Net).map(seen),
+            pinned(NsKind::Uts).map(seen),
+            pinned(NsKind::Ipc).map(seen),
+        );
         steps.end("namespaces");
         // CNI ADD runs on its own thread while the rest is made (the
         // pause, if any, needs only the pinned netns). A failure anywhere
@@ -436,6 +456,10 @@ impl SandboxManager {
             undo.push("shm mount", move || {
                 let _ = rustix::mount::unmount(&q, rustix::mount::UnmountFlags::DETACH);
             });
+            if let Some(pid) = monitor {
+                super::podns::adopt(pid, std::slice::from_ref(&p))
+                    .map_err(SandboxError::io("hand the pod its shm"))?;
+            }
             Some(p)
         };
 
@@ -464,14 +488,13 @@ impl SandboxManager {
             )?),
             None => None,
         };
+        if let (Some(pid), Some(b)) = (monitor, &bundle) {
+            super::podns::adopt(pid, &[b.join("rootfs")])
+                .map_err(SandboxError::io("hand the pod its pause's rootfs"))?;
+        }
         steps.end("bundle");
         // The shim, then the pause container in it.
-        let spawned = shim_job.lock().unwrap_or_else(|p| p.into_inner()).take();
-        if let Some(h) = spawned {
-            h.join()
-                .map_err(|_| SandboxError::Shim("shim start thread panicked".into()))?
-                .map_err(|e| SandboxError::Shim(e.to_string()))?;
-        }
+        join_shim(&shim_job, &shim_dir)?;
         steps.end("shim");
         let mut pause_pid = 0;
         if let Some(bundle) = bundle {
@@ -548,10 +571,25 @@ impl SandboxManager {
             cgroup_parent: cgroup_parent(c),
             stopped: false,
             userns: pod_userns,
+            own_mount_ns: monitor.is_some(),
         };
         self.write_record(&rec)?;
         steps.end("record");
         steps.finish();
         Ok(rec)
     }
+}
+
+/// Waits for the pod's shim to have started (a spare's runs already);
+/// returns its pid.
+fn join_shim(job: &Mutex<Option<ShimJob>>, shim_dir: &Path) -> Result<u32, SandboxError> {
+    let spawned = job.lock().unwrap_or_else(|p| p.into_inner()).take();
+    if let Some(h) = spawned {
+        h.join()
+            .map_err(|_| SandboxError::Shim("shim start thread panicked".into()))?
+            .map_err(|e| SandboxError::Shim(e.to_string()))?;
+    }
+    client::pid(shim_dir)
+        .and_then(|p| u32::try_from(p).ok())
+        .ok_or_else(|| SandboxError::Shim("the pod's shim is not running".into()))
 }

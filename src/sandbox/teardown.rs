@@ -59,10 +59,22 @@ impl SandboxManager {
             // next pod's spare.
             self.spare.nudge();
         }
+        // A pod's own mount namespace (`podns`), and its netns pin in it,
+        // go when its shim exits below: the DEL has the netns by a
+        // descriptor held until it is done.
+        let held = rec
+            .netns
+            .as_deref()
+            .filter(|_| rec.own_mount_ns)
+            .and_then(super::podns::hold_netns);
+        let netns = match &held {
+            Some(f) => Some(super::podns::held_path(f)),
+            None => rec.netns.clone(),
+        };
         // CNI DEL and the pause kill are independent: run them together.
         std::thread::scope(|scope| -> Result<(), SandboxError> {
             let del = scope.spawn(crate::otel::carry(|| -> Result<(), SandboxError> {
-                if let Some(ns) = &rec.netns {
+                if let Some(ns) = &netns {
                     let c = self.saved_config(id);
                     let md = c.metadata.clone().unwrap_or_default();
                     let net = match rec.cni_conf.as_ref().filter(|p| p.exists()) {
@@ -227,7 +239,8 @@ impl SandboxManager {
             .into_iter()
             .flatten()
         {
-            netns::remove(p).map_err(SandboxError::io("remove namespace pin"))?;
+            netns::remove(&super::podns::node_side(p))
+                .map_err(SandboxError::io("remove namespace pin"))?;
         }
         let _ = std::fs::remove_dir(self.paths.state.join("ns").join(id));
         steps.end("namespaces");

@@ -157,6 +157,9 @@ pub async fn serve(cfg: Config, reload: Option<reload::Reloader>) -> anyhow::Res
         max_concurrent_downloads: cfg.registry.max_concurrent_downloads,
         stall_timeout: Duration::from_secs(cfg.registry.stall_timeout_secs),
     };
+    crate::shim::client::set_own_mount_ns(
+        (cfg.mount_namespace == "pod").then_some(&[cfg.root.as_path(), cfg.state.as_path()][..]),
+    );
     let sandbox_paths = crate::sandbox::manager::SandboxPaths {
         root: cfg.root.clone(),
         state: cfg.state.clone(),

@@ -58,6 +58,10 @@ pub fn changes(old: &Config, new: &Config) -> (Vec<&'static str>, Vec<&'static s
         ),
         ("cni", old.cni != new.cni),
         ("cgroup.driver", old.cgroup.driver != new.cgroup.driver),
+        (
+            "mount_namespace",
+            old.mount_namespace != new.mount_namespace,
+        ),
         ("streaming", old.streaming != new.streaming),
         (
             "nri (but its timeouts)",

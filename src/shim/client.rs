@@ -10,6 +10,36 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+/// Set in a monitor's environment when it is to unshare a mount namespace
+/// of its own at its start (`crate::sandbox::podns`): the server's dirs,
+/// colon-separated, under which the monitor's new namespace drops what it
+/// copied (other pods' mounts being made at that moment).
+pub const MOUNT_NS_ENV: &str = "HUSK_SHIM_OWN_MOUNT_NS";
+
+static OWN_MOUNT_NS: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+
+/// Whether the monitors this server starts keep their pods' mounts in a
+/// mount namespace of their own (`mount_namespace = "pod"`), and the
+/// server's dirs (its root and state) in which they mount; set once at the
+/// server's start.
+pub fn set_own_mount_ns(dirs: Option<&[&Path]>) {
+    let v = dirs.map(|d| {
+        d.iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(":")
+    });
+    *OWN_MOUNT_NS.lock().unwrap_or_else(|p| p.into_inner()) = v;
+}
+
+/// See [`set_own_mount_ns`].
+pub fn own_mount_ns() -> bool {
+    OWN_MOUNT_NS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .is_some()
+}
+
 /// Starts `husk shim --dir DIR` from `exe` (the sealed handle of
 /// `sealed.rs`, or a plain path); returns once the monitor is listening.
 /// argv[0] is the path of the binary this process runs, whatever `exe`.
@@ -17,7 +47,17 @@ pub fn spawn(exe: &Path, dir: &Path) -> io::Result<()> {
     std::fs::create_dir_all(dir)?;
     crate::metrics::get().shim_starts.inc();
     let arg0 = std::env::current_exe().unwrap_or_else(|_| exe.to_path_buf());
-    let out = Command::new(exe)
+    let mut cmd = Command::new(exe);
+    let own = OWN_MOUNT_NS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
+    if let Some(dirs) = own {
+        cmd.env(MOUNT_NS_ENV, dirs);
+    } else {
+        cmd.env_remove(MOUNT_NS_ENV);
+    }
+    let out = cmd
         .arg0(arg0)
         .arg("shim")
         .arg("--dir")

@@ -42,6 +42,31 @@ fn redirect_stdio(log: &Path) -> io::Result<()> {
     Ok(())
 }
 
+/// The monitor's own mount namespace, a slave of the node's: the pod's
+/// mounts are attached in it (`crate::sandbox::podns`) and none of them
+/// reaches the node; the node's own still come in where it shares them.
+/// What the copy brought along under the server's `dirs` (another pod's
+/// rootfs or pins, made in the node's namespace a moment before that pod
+/// took them) is dropped from it.
+fn own_mount_namespace(dirs: &str) -> io::Result<()> {
+    // SAFETY: the monitor is single-threaded; a new mount namespace changes
+    // no memory and no descriptor.
+    unsafe { rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::NEWNS) }?;
+    rustix::mount::mount_change(
+        "/",
+        rustix::mount::MountPropagationFlags::DOWNSTREAM
+            | rustix::mount::MountPropagationFlags::REC,
+    )?;
+    for dir in dirs.split(':').filter(|d| !d.is_empty()) {
+        for m in crate::sys::mounts_under(Path::new(dir)) {
+            if m != Path::new(dir) {
+                let _ = rustix::mount::unmount(&m, rustix::mount::UnmountFlags::DETACH);
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Runs the shim for the sandbox state dir `dir`. Returns only in the
 /// parent (right after the monitor has forked off), or on a setup error.
 pub fn run(dir: &Path) -> io::Result<()> {
@@ -86,6 +111,9 @@ pub fn run(dir: &Path) -> io::Result<()> {
         libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
     }
     std::env::set_current_dir("/")?;
+    if let Some(dirs) = std::env::var_os(super::client::MOUNT_NS_ENV) {
+        own_mount_namespace(&dirs.to_string_lossy())?;
+    }
     redirect_stdio(&dir.join("shim.log"))?;
     // libcontainer reports why a create failed through `tracing`.
     let _ = tracing_subscriber::fmt()

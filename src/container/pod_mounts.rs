@@ -1,0 +1,93 @@
+//! A container's mounts in its pod's own mount namespace
+//! (`mount_namespace = "pod"`, `crate::sandbox::podns`).
+//!
+//! CreateContainer makes the rootfs, the image's and the idmapped volumes
+//! under the container's dir in the node's namespace as always, then hands
+//! them all to the pod ([`hand_over`]). A bind source the pod's namespace
+//! does not see as the node does (a volume the kubelet mounted after the
+//! pod's monitor started, on a node whose root is not shared) is first
+//! bound under the container's dir (`binds/<n>`) and handed over with the
+//! rest ([`stage_unseen`]), so the container gets the node's view of it.
+//! Removal unmounts inside the pod's namespace ([`unmount_in_pod`]).
+
+use crate::api::cri::{ContainerConfig, MountPropagation};
+use crate::sandbox::manager::SandboxRecord;
+use crate::sandbox::podns;
+use crate::sandbox::SandboxError;
+use std::path::Path;
+
+/// The pid of the monitor whose mount namespace holds `pod`'s mounts;
+/// None when the pod keeps them in the node's. A pod whose monitor is gone
+/// has lost its namespace, and with it its pins and shm.
+pub fn monitor(pod: &SandboxRecord, shim_dir: &Path) -> Result<Option<u32>, SandboxError> {
+    if !pod.own_mount_ns {
+        return Ok(None);
+    }
+    crate::shim::client::pid(shim_dir)
+        .and_then(|p| u32::try_from(p).ok())
+        .map(Some)
+        .ok_or_else(|| {
+            SandboxError::Shim(format!(
+                "the shim of pod sandbox {} is gone, and with it the pod's mount namespace",
+                pod.id
+            ))
+        })
+}
+
+/// Binds each source of `c`'s mounts that the pod of monitor `pid` does not
+/// see as the node does under `dir/binds/<n>`, and names that instead.
+/// Bidirectional propagation is refused: a pod's namespace is a slave of
+/// the node's, so nothing the container mounts would reach the node.
+pub fn stage_unseen(pid: u32, c: &mut ContainerConfig, dir: &Path) -> Result<(), SandboxError> {
+    for (n, m) in c.mounts.iter_mut().enumerate() {
+        if m.propagation == MountPropagation::PropagationBidirectional as i32 {
+            return Err(SandboxError::Invalid(format!(
+                "mount {:?}: Bidirectional propagation needs mount_namespace = \"node\" \
+                 (this node keeps each pod's mounts in a namespace of its own)",
+                m.container_path
+            )));
+        }
+        let host = Path::new(&m.host_path);
+        if host.starts_with(dir) || podns::same_in_pod(pid, host) {
+            continue;
+        }
+        let at = dir.join("binds").join(n.to_string());
+        let made = if host.is_dir() {
+            std::fs::create_dir_all(&at)
+        } else {
+            std::fs::create_dir_all(dir.join("binds")).and_then(|()| {
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .create(true)
+                    .truncate(false)
+                    .open(&at)
+                    .map(drop)
+            })
+        };
+        made.map_err(SandboxError::io("make a bind for the pod"))?;
+        rustix::mount::mount_bind_recursive(host, &at).map_err(|e| {
+            SandboxError::io(format!("bind {} for the pod", host.display()))(e.into())
+        })?;
+        m.host_path = at.to_string_lossy().into_owned();
+    }
+    Ok(())
+}
+
+/// Hands every mount under `dir` to the pod of monitor `pid`.
+pub fn hand_over(pid: u32, dir: &Path) -> Result<(), SandboxError> {
+    let mounts = crate::sys::mounts_within(dir, 3);
+    podns::adopt(pid, &mounts).map_err(SandboxError::io("hand the container's mounts to its pod"))
+}
+
+/// Unmounts what is mounted under `dir` in the pod of monitor `pid`.
+pub fn unmount_in_pod(pid: u32, dir: &Path) -> std::io::Result<()> {
+    podns::within(pid, || {
+        for m in crate::sys::mounts_within(dir, 3) {
+            match rustix::mount::unmount(&m, rustix::mount::UnmountFlags::DETACH) {
+                Ok(()) | Err(rustix::io::Errno::INVAL) | Err(rustix::io::Errno::NOENT) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    })
+}

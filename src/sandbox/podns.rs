@@ -1,0 +1,264 @@
+//! The pod's own mount namespace (`mount_namespace = "pod"`).
+//!
+//! Every mount of every pod in the node's namespace is copied into each
+//! new container's namespace (`clone`), torn down again after its
+//! `pivot_root`, and read line by line, four to six times a create on a
+//! cgroup v1 node, by libcontainer looking for cgroup controllers the node
+//! does not mount. At 1,000 pods (5,000 mounts) that is most of a
+//! container's create: about 240 ms of 280 on this project's 2-core VM.
+//!
+//! So each pod's mounts live in its monitor's mount namespace instead.
+//! The monitor (`husk shim`, started with [`crate::shim::client::MOUNT_NS_ENV`])
+//! unshares one at its start, a slave of the node's: the node's mounts (a
+//! kubelet's volumes) still propagate in where the node shares them,
+//! nothing of the pod's propagates out. The server makes each mount as it
+//! always has, in the node's namespace, then hands it over ([`adopt`]): a
+//! clone of it (`open_tree`) is attached at the same path in the pod's
+//! namespace (`move_mount`) and the node's is unmounted. The pod's
+//! processes find its pins, shm and rootfs at the paths they always had;
+//! the server reaches them through `/proc/<monitor>/root` ([`seen`]), and
+//! unmounts inside the pod's namespace ([`within`]). When the monitor
+//! exits, its namespace goes, and with it every mount of the pod: none can
+//! be left behind on the node.
+
+use std::fs::File;
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// `path` (as the pod's processes name it) as the server reaches it: inside
+/// the mount namespace of the monitor `pid`.
+pub fn seen(pid: u32, path: &Path) -> PathBuf {
+    let mut p = PathBuf::from(format!("/proc/{pid}/root"));
+    p.push(path.strip_prefix("/").unwrap_or(path));
+    p
+}
+
+/// The path a [`seen`] path was made from (any other path as it is): where
+/// its file is on the node (the same directory, not a mount there).
+pub fn node_side(path: &Path) -> PathBuf {
+    let mut c = path.components();
+    let proc_root = matches!(
+        (c.next(), c.next(), c.next(), c.next()),
+        (
+            Some(std::path::Component::RootDir),
+            Some(a),
+            Some(pid),
+            Some(b),
+        ) if a.as_os_str() == "proc"
+            && b.as_os_str() == "root"
+            && pid.as_os_str().to_str().is_some_and(|s| s.parse::<u32>().is_ok())
+    );
+    if proc_root {
+        Path::new("/").join(c.as_path())
+    } else {
+        path.to_path_buf()
+    }
+}
+
+/// Runs `f` on a thread of its own inside the mount namespace of the
+/// monitor `pid` (it first stops sharing its root and working directory
+/// with the server's threads, as `setns` into a mount namespace needs).
+pub fn within<T: Send>(pid: u32, f: impl FnOnce() -> io::Result<T> + Send) -> io::Result<T> {
+    let ns = File::open(format!("/proc/{pid}/ns/mnt"))?;
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            // SAFETY: CLONE_FS unshares this thread's root, working
+            // directory and umask from the process's other threads; it
+            // touches no memory, and the thread exits when `f` returns.
+            unsafe { rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::FS) }
+                .map_err(io::Error::from)?;
+            rustix::thread::move_into_link_name_space(
+                std::os::fd::AsFd::as_fd(&ns),
+                Some(rustix::thread::LinkNameSpaceType::Mount),
+            )
+            .map_err(io::Error::from)?;
+            f()
+        })
+        .join()
+        .map_err(|_| io::Error::other("pod mount namespace thread panicked"))?
+    })
+}
+
+/// Hands the node's mounts at `paths` (each with what is mounted beneath
+/// it) to the pod of monitor `pid`: each is attached at the same path in
+/// the pod's namespace, then unmounted from the node's. On an error none
+/// is moved: those attached are unmounted again, the node keeps its own.
+pub fn adopt(pid: u32, paths: &[PathBuf]) -> io::Result<()> {
+    use rustix::mount::{MoveMountFlags, OpenTreeFlags, UnmountFlags};
+    if paths.is_empty() {
+        return Ok(());
+    }
+    let trees = paths
+        .iter()
+        .map(|p| {
+            rustix::mount::open_tree(
+                rustix::fs::CWD,
+                p,
+                OpenTreeFlags::OPEN_TREE_CLONE
+                    | OpenTreeFlags::OPEN_TREE_CLOEXEC
+                    | OpenTreeFlags::AT_RECURSIVE,
+            )
+            .map_err(|e| io::Error::other(format!("clone the mount at {}: {e}", p.display())))
+        })
+        .collect::<io::Result<Vec<_>>>()?;
+    within(pid, || {
+        let mut attached: Vec<&PathBuf> = Vec::new();
+        for (tree, p) in trees.iter().zip(paths) {
+            let r = rustix::mount::move_mount(
+                tree,
+                "",
+                rustix::fs::CWD,
+                p,
+                MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH,
+            );
+            if let Err(e) = r {
+                for q in attached.iter().rev() {
+                    let _ = rustix::mount::unmount(*q, UnmountFlags::DETACH);
+                }
+                return Err(io::Error::other(format!(
+                    "attach {} in the pod's mount namespace: {e}",
+                    p.display()
+                )));
+            }
+            attached.push(p);
+        }
+        Ok(())
+    })?;
+    for p in paths.iter().rev() {
+        match rustix::mount::unmount(p, UnmountFlags::DETACH) {
+            Ok(()) | Err(rustix::io::Errno::INVAL) => {}
+            Err(e) => tracing::warn!(mount = %p.display(), error = %e, "unmount what the pod took"),
+        }
+    }
+    Ok(())
+}
+
+/// The network namespace pinned at `pin` (a [`seen`] path or the node's),
+/// held open: a pod's own mount namespace, and the pin in it, go when its
+/// monitor exits, and a CNI DEL running meanwhile still has the namespace
+/// by [`held_path`]. None: no namespace is pinned there.
+pub fn hold_netns(pin: &Path) -> Option<File> {
+    const NSFS_MAGIC: i64 = 0x6e73_6673;
+    let f = File::open(pin).ok()?;
+    let st = rustix::fs::fstatfs(&f).ok()?;
+    (st.f_type as i64 == NSFS_MAGIC).then_some(f)
+}
+
+/// A path to what `f` (held by this process) is: for another process
+/// (a CNI plugin) to open.
+pub fn held_path(f: &File) -> PathBuf {
+    use std::os::fd::AsRawFd;
+    PathBuf::from(format!("/proc/{}/fd/{}", std::process::id(), f.as_raw_fd()))
+}
+
+/// Whether `path` is the same file on the node and in the pod of monitor
+/// `pid` (the pod's namespace sees a mount the node made after it was
+/// made only where the node shares it).
+pub fn same_in_pod(pid: u32, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(path), std::fs::metadata(seen(pid, path))) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_seen_path_goes_back_to_the_node_side() {
+        let p = Path::new("/run/husk/ns/abc/net");
+        let s = seen(4242, p);
+        assert_eq!(s, Path::new("/proc/4242/root/run/husk/ns/abc/net"));
+        assert_eq!(node_side(&s), p);
+        assert_eq!(node_side(p), p);
+        // Not a pid: not a seen path.
+        let q = Path::new("/proc/self/root/x");
+        assert_eq!(node_side(q), q);
+    }
+
+    /// A process in a mount namespace of its own (a slave of this one's),
+    /// as a monitor is.
+    fn pod_process(dir: &Path) -> std::process::Child {
+        // A private mount of the test's own: nothing made under it reaches
+        // the pod's namespace but by adoption, whatever the node shares.
+        rustix::mount::mount("t", dir, "tmpfs", rustix::mount::MountFlags::empty(), c"").unwrap();
+        rustix::mount::mount_change(dir, rustix::mount::MountPropagationFlags::PRIVATE).unwrap();
+        std::process::Command::new("unshare")
+            .args(["-m", "--propagation", "slave", "sleep", "60"])
+            .spawn()
+            .expect("unshare")
+    }
+
+    fn wait_own_ns(pid: u32) {
+        let me = std::fs::read_link("/proc/self/ns/mnt").unwrap();
+        for _ in 0..500 {
+            if std::fs::read_link(format!("/proc/{pid}/ns/mnt")).is_ok_and(|n| n != me) {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        panic!("the process never got its own mount namespace");
+    }
+
+    #[test]
+    fn an_adopted_mount_is_the_pods_alone() {
+        if !rustix::process::geteuid().is_root() {
+            eprintln!("skipped: needs root");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let mut child = pod_process(dir.path());
+        let m = dir.path().join("m");
+        std::fs::create_dir(&m).unwrap();
+        let pid = child.id();
+        wait_own_ns(pid);
+        rustix::mount::mount("t", &m, "tmpfs", rustix::mount::MountFlags::empty(), c"").unwrap();
+        std::fs::write(m.join("f"), "pod's").unwrap();
+        adopt(pid, std::slice::from_ref(&m)).unwrap();
+        // Gone from the node, there in the pod, reached through its root.
+        assert!(!m.join("f").exists());
+        assert!(!crate::sys::mounts_under(dir.path()).contains(&m));
+        assert_eq!(
+            std::fs::read_to_string(seen(pid, &m).join("f")).unwrap(),
+            "pod's"
+        );
+        assert!(!same_in_pod(pid, &m));
+        // Unmounted inside the pod's namespace, it is gone there too.
+        within(pid, || {
+            rustix::mount::unmount(&m, rustix::mount::UnmountFlags::empty())?;
+            Ok(())
+        })
+        .unwrap();
+        assert!(!seen(pid, &m).join("f").exists());
+        assert!(same_in_pod(pid, &m));
+        rustix::mount::unmount(dir.path(), rustix::mount::UnmountFlags::empty()).unwrap();
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
+    #[test]
+    fn a_failed_adoption_leaves_the_node_its_mounts() {
+        if !rustix::process::geteuid().is_root() {
+            eprintln!("skipped: needs root");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        let mut child = pod_process(dir.path());
+        std::fs::create_dir(&a).unwrap();
+        let pid = child.id();
+        wait_own_ns(pid);
+        rustix::mount::mount("t", &a, "tmpfs", rustix::mount::MountFlags::empty(), c"").unwrap();
+        // `b` is not there: nothing to clone, nothing moved.
+        let e = adopt(pid, &[a.clone(), b.clone()]).unwrap_err();
+        assert!(e.to_string().contains(&b.display().to_string()), "{e}");
+        assert!(crate::sys::mounts_under(dir.path()).contains(&a));
+        rustix::mount::unmount(&a, rustix::mount::UnmountFlags::empty()).unwrap();
+        rustix::mount::unmount(dir.path(), rustix::mount::UnmountFlags::empty()).unwrap();
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+}
