@@ -1,0 +1,200 @@
+//! `mount_namespace = "pod"` on a real husk serve: each pod's mounts (its
+//! namespace pins, its /dev/shm, its pause's and its containers' rootfs)
+//! live in its monitor's mount namespace and none in the node's; a volume
+//! the node mounts after the pod started still reaches its containers as
+//! the node sees it; Bidirectional propagation is refused by name; a
+//! failure and a removal leave nothing, on the node or in the monitors.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::ctr::*;
+use common::pod::*;
+use husk::api::cri::*;
+use std::path::Path;
+
+fn pod_mode() -> Vec<String> {
+    vec!["--mount-namespace".into(), "pod".into()]
+}
+
+/// The mount points under `dir` in the mount namespace of process `pid`.
+fn mounts_of(pid: u32, dir: &Path) -> Vec<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/mountinfo"))
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4).map(str::to_string))
+        .filter(|m| Path::new(m).starts_with(dir))
+        .collect()
+}
+
+/// The node's own mounts under the server's dirs, the spare's pins aside
+/// (a spare's namespaces are made on the node, and handed to the pod that
+/// takes them).
+fn node_mounts(p: &Pod) -> Vec<String> {
+    let d = p.h.dir.path();
+    let spare: Vec<std::path::PathBuf> = spares(p)
+        .iter()
+        .map(|id| d.join("run/ns").join(id))
+        .collect();
+    common::mounts_under(d)
+        .into_iter()
+        .filter(|m| !spare.iter().any(|s| Path::new(m).starts_with(s)))
+        .collect()
+}
+
+/// A tmpfs of the test's own at `dir`, `shared` or private.
+fn tmpfs(dir: &Path, shared: bool) {
+    let flag = if shared {
+        "--make-shared"
+    } else {
+        "--make-private"
+    };
+    let ok = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "pmn-test"])
+        .arg(dir)
+        .status()
+        .unwrap()
+        .success()
+        && std::process::Command::new("mount")
+            .arg(flag)
+            .arg(dir)
+            .status()
+            .unwrap()
+            .success();
+    assert!(ok, "mount a tmpfs at {}", dir.display());
+}
+
+fn umount(dir: &Path) {
+    std::process::Command::new("umount")
+        .arg("-l")
+        .arg(dir)
+        .status()
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pods_mounts_are_its_monitors_alone() {
+    if !common::require_root() {
+        return;
+    }
+    let p = setup_with(vec![], "/usr/lib/cni", pod_mode()).await;
+    let h = &p.h;
+    let image = app_image(&p).await;
+    // One PID namespace for the pod: it has a pause, whose rootfs is the
+    // pod's to hold too.
+    let mut pc = pod_config(&p, "pmn");
+    let sc = pc.linux.as_mut().unwrap();
+    let sc = sc.security_context.get_or_insert_with(Default::default);
+    sc.namespace_options
+        .get_or_insert_with(Default::default)
+        .pid = NamespaceMode::Pod as i32;
+    let pod = run(h, pc.clone()).await.unwrap();
+    let st = status(h, &pod).await.unwrap();
+    assert!(pause_pid(&st) > 0);
+    let ip = st.status.unwrap().network.unwrap().ip;
+    assert!(
+        !ip.is_empty(),
+        "the pod has an address from its pinned netns"
+    );
+
+    // A volume the node mounts once the pod runs, as a kubelet mounts a
+    // secret: this node's root is not shared, so only a bind made for the
+    // pod brings it in.
+    let vol = tempfile::tempdir().unwrap();
+    tmpfs(vol.path(), false);
+    std::fs::write(vol.path().join("token"), "secret").unwrap();
+    let mut c = ccfg(&image, "app", &[], &[]);
+    c.mounts.push(Mount {
+        container_path: "/vol".into(),
+        host_path: vol.path().display().to_string(),
+        ..Default::default()
+    });
+    let id = create_start(h, &pod, &pc, c).await;
+    let r = exec_sync(h, &id, &["cat", "/vol/token"]).await.unwrap();
+    assert_eq!(String::from_utf8_lossy(&r.stdout), "secret");
+    let r = exec_sync(h, &id, &["grep", " /dev/shm ", "/proc/mounts"])
+        .await
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&r.stdout).contains("tmpfs"),
+        "{:?}",
+        String::from_utf8_lossy(&r.stdout)
+    );
+
+    // None of it is the node's; all of it is the monitor's.
+    assert_eq!(node_mounts(&p), Vec::<String>::new());
+    let mon = shim_pid(h, &pod);
+    let d = h.dir.path();
+    let theirs = mounts_of(mon, d);
+    for want in [
+        d.join("run/ns").join(&pod).join("net"),
+        d.join("run/ns").join(&pod).join("uts"),
+        d.join("run/ns").join(&pod).join("ipc"),
+        d.join("root/sandboxes").join(&pod).join("shm"),
+        d.join("root/sandboxes").join(&pod).join("bundle/rootfs"),
+        d.join("root/containers").join(&id).join("rootfs"),
+        d.join("root/containers").join(&id).join("binds/0"),
+    ] {
+        let want = want.display().to_string();
+        assert!(theirs.contains(&want), "{want} not in {theirs:?}");
+    }
+    // Another pod's monitor holds nothing of this one.
+    let other = run(h, pod_config(&p, "pmn-other")).await.unwrap();
+    let other_mon = shim_pid(h, &other);
+    assert!(
+        !mounts_of(other_mon, d)
+            .iter()
+            .any(|m| m.contains(&pod) || m.contains(&id)),
+        "{:?}",
+        mounts_of(other_mon, d)
+    );
+
+    // Bidirectional propagation cannot reach the node from a pod's own
+    // namespace: refused, naming the setting.
+    let shared = tempfile::tempdir().unwrap();
+    tmpfs(shared.path(), true);
+    let mut b = ccfg(&image, "bidi", &[], &[]);
+    b.mounts.push(Mount {
+        container_path: "/shared".into(),
+        host_path: shared.path().display().to_string(),
+        propagation: MountPropagation::PropagationBidirectional as i32,
+        ..Default::default()
+    });
+    let e = try_create(h, &pod, &pc, b).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    assert!(e.message().contains("mount_namespace"), "{}", e.message());
+    umount(shared.path());
+
+    // A removed container's rootfs leaves the pod's namespace at once.
+    stop_remove(h, &id).await;
+    let left = mounts_of(mon, d);
+    assert!(!left.iter().any(|m| m.contains(&id)), "{left:?}");
+    stop_remove_pod(h, &pod).await;
+    stop_remove_pod(h, &other).await;
+    umount(vol.path());
+    assert_eq!(leftovers(&p), Vec::<String>::new());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_pod_leaves_nothing_in_any_namespace() {
+    if !common::require_root() {
+        return;
+    }
+    // A CNI plugin that fails after bridge attached the pod through the
+    // pin already handed to its monitor.
+    let p = setup_with(
+        vec![serde_json::json!({"type": "no-such-plugin"})],
+        "/usr/lib/cni",
+        pod_mode(),
+    )
+    .await;
+    let e = run(&p.h, p.config("pmn-fails")).await.unwrap_err();
+    assert!(e.message().contains("no-such-plugin"), "{}", e.message());
+    assert_eq!(leftovers(&p), Vec::<String>::new());
+    // The name was released, the network undone: a good run works.
+    p.net.write(&p.h.dir.path().join("net.d"), vec![]);
+    let id = run(&p.h, p.config("pmn-fails")).await.unwrap();
+    assert_eq!(node_mounts(&p), Vec::<String>::new());
+    stop_remove_pod(&p.h, &id).await;
+    assert_eq!(leftovers(&p), Vec::<String>::new());
+}
