@@ -207,14 +207,16 @@ impl ContainerManager {
             .sandboxes
             .get(&r.sandbox_id)
             .and_then(|p| super::pod_mounts::monitor(&p, &shim_dir).ok().flatten());
-        let remove_layers = |dir: &Path| match monitor {
+        // In the pod's own mount namespace its mounts go first; the dirs
+        // are the node's either way.
+        let take_down = |dir: &Path| match monitor {
             Some(pid) => super::pod_mounts::unmount_in_pod(pid, dir)
                 .map_err(SandboxError::io("unmount container rootfs"))
                 .and_then(|()| remove_layers(dir)),
             None => remove_layers(dir),
         };
         let (deleted, layers) = std::thread::scope(|scope| {
-            let layers = (!respawned).then(|| scope.spawn(|| remove_layers(&dir)));
+            let layers = (!respawned).then(|| scope.spawn(|| take_down(&dir)));
             let deleted = if client::pid(&shim_dir).is_some() {
                 match shim_call(
                     &shim_dir,
@@ -234,7 +236,7 @@ impl ContainerManager {
                 Some(h) => h
                     .join()
                     .unwrap_or_else(|_| Err(SandboxError::Shim("rootfs removal panicked".into()))),
-                None if deleted.is_ok() => remove_layers(&dir),
+                None if deleted.is_ok() => take_down(&dir),
                 None => Ok(()),
             };
             (deleted, layers)
@@ -360,16 +362,24 @@ impl ContainerManager {
 }
 
 /// Unmounts what is mounted under a stopped container's dir (its rootfs,
-/// volumes) and removes its overlay's directories.
-fn remove_layers(dir: &Path) -> Result<(), SandboxError> {
+/// volumes), in the mount namespace of the calling thread (the node's, or
+/// the pod's own: `pod_mounts::unmount_in_pod`).
+pub(super) fn unmount_layers(dir: &Path) -> std::io::Result<()> {
     for m in crate::sys::mounts_within(dir, 3) {
         // One that went meanwhile (a mount beneath one unmounted before
         // it, or one the runtime's delete took down) is not an error.
         match rustix::mount::unmount(&m, rustix::mount::UnmountFlags::DETACH) {
             Ok(()) | Err(rustix::io::Errno::INVAL) | Err(rustix::io::Errno::NOENT) => {}
-            Err(e) => return Err(SandboxError::io("unmount container rootfs")(e.into())),
+            Err(e) => return Err(e.into()),
         }
     }
+    Ok(())
+}
+
+/// Unmounts what is mounted under a stopped container's dir (its rootfs,
+/// volumes) and removes its overlay's directories.
+fn remove_layers(dir: &Path) -> Result<(), SandboxError> {
+    unmount_layers(dir).map_err(SandboxError::io("unmount container rootfs"))?;
     for d in ["rootfs", "upper", "work"] {
         match std::fs::remove_dir_all(dir.join(d)) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {

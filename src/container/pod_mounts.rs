@@ -81,13 +81,5 @@ pub fn hand_over(pid: u32, dir: &Path) -> Result<(), SandboxError> {
 
 /// Unmounts what is mounted under `dir` in the pod of monitor `pid`.
 pub fn unmount_in_pod(pid: u32, dir: &Path) -> std::io::Result<()> {
-    podns::within(pid, || {
-        for m in crate::sys::mounts_within(dir, 3) {
-            match rustix::mount::unmount(&m, rustix::mount::UnmountFlags::DETACH) {
-                Ok(()) | Err(rustix::io::Errno::INVAL) | Err(rustix::io::Errno::NOENT) => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
-        Ok(())
-    })
+    podns::within(pid, || super::ops::unmount_layers(dir))
 }

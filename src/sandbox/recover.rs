@@ -61,10 +61,13 @@ impl SandboxManager {
         }
         let config = self.saved_config(id);
         let shim_dir = self.shim_dir(id);
-        // The pod's netns, held while its shim still runs: in the pod's own
-        // mount namespace (`podns`) the pin goes with the shim.
+        // The pod's netns: pinned on the node, or, in the pod's own mount
+        // namespace (`podns`), held here while its shim still runs, as the
+        // pin goes with the shim.
         let net_pin = netns::pin_path(&self.paths.state, NsKind::Net, id);
+        let on_node = is_mount_point(&net_pin);
         let held = client::pid(&shim_dir)
+            .filter(|_| !on_node)
             .and_then(|p| u32::try_from(p).ok())
             .and_then(|p| super::podns::hold_netns(&super::podns::seen(p, &net_pin)));
         // The shim: its containers (the pause, and any container created
@@ -111,7 +114,7 @@ impl SandboxManager {
         // The network: DEL only where ADD could have run (a pinned netns).
         let del_ns = match &held {
             Some(f) => Some(super::podns::held_path(f)),
-            None => is_mount_point(&net_pin).then(|| net_pin.clone()),
+            None => on_node.then(|| net_pin.clone()),
         };
         if let (false, Some(ns)) = (spare, del_ns) {
             let md = config.metadata.clone().unwrap_or_default();

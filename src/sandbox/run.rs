@@ -11,7 +11,7 @@ use crate::network::cni::{Attachment, Cni, NetworkList};
 use crate::network::netns::{self, Kind as NsKind};
 use crate::shim::client;
 use prost::Message;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -388,7 +388,10 @@ impl SandboxManager {
         // (`podns`), once it runs; the pod is told them as the server
         // reaches them there.
         let monitor = if crate::shim::client::own_mount_ns() {
-            let pid = join_shim(&shim_job, &shim_dir)?;
+            join_shim(&shim_job)?;
+            let pid = client::pid(&shim_dir)
+                .and_then(|p| u32::try_from(p).ok())
+                .ok_or_else(|| SandboxError::Shim("the pod's shim is not running".into()))?;
             let paths: Vec<PathBuf> = pins.iter().map(|(_, p)| p.clone()).collect();
             super::podns::adopt(pid, &paths)
                 .map_err(SandboxError::io("hand the pod its namespaces"))?;
@@ -494,7 +497,7 @@ impl SandboxManager {
         }
         steps.end("bundle");
         // The shim, then the pause container in it.
-        join_shim(&shim_job, &shim_dir)?;
+        join_shim(&shim_job)?;
         steps.end("shim");
         let mut pause_pid = 0;
         if let Some(bundle) = bundle {
@@ -580,16 +583,14 @@ impl SandboxManager {
     }
 }
 
-/// Waits for the pod's shim to have started (a spare's runs already);
-/// returns its pid.
-fn join_shim(job: &Mutex<Option<ShimJob>>, shim_dir: &Path) -> Result<u32, SandboxError> {
+/// Waits for the pod's shim to have started, if it was being started (a
+/// spare's runs already; a second call has nothing to wait for).
+fn join_shim(job: &Mutex<Option<ShimJob>>) -> Result<(), SandboxError> {
     let spawned = job.lock().unwrap_or_else(|p| p.into_inner()).take();
     if let Some(h) = spawned {
         h.join()
             .map_err(|_| SandboxError::Shim("shim start thread panicked".into()))?
             .map_err(|e| SandboxError::Shim(e.to_string()))?;
     }
-    client::pid(shim_dir)
-        .and_then(|p| u32::try_from(p).ok())
-        .ok_or_else(|| SandboxError::Shim("the pod's shim is not running".into()))
+    Ok(())
 }
