@@ -92,6 +92,20 @@ pub fn mounts_within(dir: &Path, depth: usize) -> Vec<PathBuf> {
     out
 }
 
+/// Unmounts (lazily) each mount [`mounts_within`] finds, in the mount
+/// namespace of the calling thread. One that went meanwhile (a mount
+/// beneath one unmounted before it, or one a runtime took down) is not an
+/// error.
+pub fn unmount_within(dir: &Path, depth: usize) -> io::Result<()> {
+    for m in mounts_within(dir, depth) {
+        match rustix::mount::unmount(&m, rustix::mount::UnmountFlags::DETACH) {
+            Ok(()) | Err(rustix::io::Errno::INVAL) | Err(rustix::io::Errno::NOENT) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
 /// Whether `path` (not followed if a symlink) is the root of a mount;
 /// Some(false) if it does not exist; None if the kernel cannot tell.
 fn is_mount_root(path: &Path) -> Option<bool> {

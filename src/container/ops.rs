@@ -362,24 +362,9 @@ impl ContainerManager {
 }
 
 /// Unmounts what is mounted under a stopped container's dir (its rootfs,
-/// volumes), in the mount namespace of the calling thread (the node's, or
-/// the pod's own: `pod_mounts::unmount_in_pod`).
-pub(super) fn unmount_layers(dir: &Path) -> std::io::Result<()> {
-    for m in crate::sys::mounts_within(dir, 3) {
-        // One that went meanwhile (a mount beneath one unmounted before
-        // it, or one the runtime's delete took down) is not an error.
-        match rustix::mount::unmount(&m, rustix::mount::UnmountFlags::DETACH) {
-            Ok(()) | Err(rustix::io::Errno::INVAL) | Err(rustix::io::Errno::NOENT) => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok(())
-}
-
-/// Unmounts what is mounted under a stopped container's dir (its rootfs,
 /// volumes) and removes its overlay's directories.
 fn remove_layers(dir: &Path) -> Result<(), SandboxError> {
-    unmount_layers(dir).map_err(SandboxError::io("unmount container rootfs"))?;
+    crate::sys::unmount_within(dir, 3).map_err(SandboxError::io("unmount container rootfs"))?;
     for d in ["rootfs", "upper", "work"] {
         match std::fs::remove_dir_all(dir.join(d)) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {

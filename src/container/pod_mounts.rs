@@ -81,5 +81,5 @@ pub fn hand_over(pid: u32, dir: &Path) -> Result<(), SandboxError> {
 
 /// Unmounts what is mounted under `dir` in the pod of monitor `pid`.
 pub fn unmount_in_pod(pid: u32, dir: &Path) -> std::io::Result<()> {
-    podns::within(pid, || super::ops::unmount_layers(dir))
+    podns::within(pid, || crate::sys::unmount_within(dir, 3))
 }
