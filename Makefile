@@ -12,10 +12,10 @@ package: build
 	bash packaging/build-deb.sh
 
 # Every test: unit tests, the root integration suite (real registry,
-# real kernel mounts) and a bounded run of every fuzz target. As root.
+# real kernel mounts) with the node VMs beside it, and a bounded run of
+# every fuzz target (packaging/test.sh). As root.
 test: setup
-	cargo test --all-targets
-	FUZZ_DEV=$${FUZZ_DEV:-1} FUZZ_SECONDS=$${FUZZ_SECONDS:-10} bash packaging/fuzz.sh
+	bash packaging/test.sh
 
 # The node VMs alone (also part of `make test`): Debian's stock kernel
 # under qemu as a cgroup v2 node, and as one with systemd as PID 1,

@@ -329,7 +329,9 @@ pub async fn an_oom_kill_is_a_node_event() {
         json!({"restartPolicy": "Never", "containers": [hog]}),
     );
     let want = format!("pod{}", uid(&p));
-    wait_until("an OOMKilling event", &env, 60, || {
+    // The sandbox, the pull and the start come first: over a minute in an
+    // emulated node VM (tests/node_vm/managers.rs).
+    wait_until("an OOMKilling event", &env, 120, || {
         node_events(&env, "OOMKilling")
             .iter()
             .any(|e| e["message"].as_str().unwrap_or("").contains(&want))
