@@ -12,8 +12,9 @@ package: build
 	bash packaging/build-deb.sh
 
 # Every test: unit tests, the root integration suite (real registry,
-# real kernel mounts) with the node VMs beside it, and a bounded run of
-# every fuzz target (packaging/test.sh). As root.
+# real kernel mounts), the node VMs, and a bounded run of every fuzz
+# target (packaging/test.sh: the fuzz build beside the host suite, the
+# fuzz run beside the VMs). As root.
 test: setup
 	bash packaging/test.sh
 

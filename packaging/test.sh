@@ -13,11 +13,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+export FUZZ_DEV=${FUZZ_DEV:-1} FUZZ_SECONDS=${FUZZ_SECONDS:-10}
 cargo test --all-targets --no-run
 
 fuzz_log=$(mktemp)
-trap 'rm -f "$fuzz_log"' EXIT
-FUZZ_DEV=${FUZZ_DEV:-1} FUZZ_BUILD_ONLY=1 nice -n 19 bash packaging/fuzz.sh >"$fuzz_log" 2>&1 &
+vm_log=$(mktemp)
+trap 'rm -f "$fuzz_log" "$vm_log"' EXIT
+FUZZ_BUILD_ONLY=1 nice -n 19 bash packaging/fuzz.sh >"$fuzz_log" 2>&1 &
 fuzz_build=$!
 
 host=0
@@ -35,12 +37,10 @@ fi
 # The node VMs: the only tests of tests/node_vm that run on the host,
 # skipped above by name. The fuzz targets run beside them (one core, for
 # FUZZ_SECONDS each): a guest loses about a minute to them.
-vm_log=$(mktemp)
-trap 'rm -f "$fuzz_log" "$vm_log"' EXIT
 cargo test --test node_vm -- cgroup_v2_node systemd_node >"$vm_log" 2>&1 &
 vms=$!
 fuzz=0
-FUZZ_DEV=${FUZZ_DEV:-1} FUZZ_SECONDS=${FUZZ_SECONDS:-10} bash packaging/fuzz.sh || fuzz=$?
+bash packaging/fuzz.sh || fuzz=$?
 vm=0
 wait "$vms" || vm=$?
 cat "$vm_log"

@@ -329,8 +329,8 @@ pub async fn an_oom_kill_is_a_node_event() {
         json!({"restartPolicy": "Never", "containers": [hog]}),
     );
     let want = format!("pod{}", uid(&p));
-    // The sandbox, the pull and the start come first: over a minute in an
-    // emulated node VM (tests/node_vm/managers.rs).
+    // The sandbox, the pull and the start come first: tens of seconds in
+    // an emulated node VM (tests/node_vm/managers.rs), more on a busy one.
     wait_until("an OOMKilling event", &env, 120, || {
         node_events(&env, "OOMKilling")
             .iter()
