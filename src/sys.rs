@@ -56,6 +56,27 @@ pub fn mounts_under(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// Whether the topmost mount at `point` (an absolute, canonical path) takes
+/// part in propagation (shared, or a slave of another); None when nothing
+/// is mounted at `point` itself.
+pub fn propagates(point: &Path) -> Option<bool> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    propagates_in(point, &text)
+}
+
+fn propagates_in(point: &Path, mountinfo: &str) -> Option<bool> {
+    mountinfo.lines().rev().find_map(|l| {
+        let (left, _) = l.split_once(" - ")?;
+        let fields: Vec<&str> = left.split(' ').collect();
+        (Path::new(&unescape(fields.get(4)?)) == point).then(|| {
+            fields
+                .iter()
+                .skip(6)
+                .any(|o| o.starts_with("shared:") || o.starts_with("master:"))
+        })
+    })
+}
+
 /// Mount points at `dir` or below it, at most `depth` levels down, deepest
 /// first, found without reading the mount table: on a node of a thousand
 /// pods `/proc/self/mountinfo` has thousands of lines, and reading it per
@@ -394,6 +415,21 @@ Anonymous:             4 kB
         trim_resident();
         assert_eq!(clean_ranges("".lines(), "/x"), vec![]);
         assert_eq!(unescape("/a\\040b"), "/a b");
+    }
+
+    #[test]
+    fn the_topmost_mount_at_a_point_tells_its_propagation() {
+        let info = "\
+22 1 254:1 / / rw,relatime shared:1 - ext4 /dev/vda rw
+30 22 0:40 / /var/lib/husk rw shared:1 - ext4 /dev/vda rw
+31 30 0:40 / /var/lib/husk rw - ext4 /dev/vda rw
+32 22 0:41 / /run/a\\040b rw master:7 - tmpfs t rw
+";
+        assert_eq!(propagates_in(Path::new("/"), info), Some(true));
+        // The bind on top, private, is what counts.
+        assert_eq!(propagates_in(Path::new("/var/lib/husk"), info), Some(false));
+        assert_eq!(propagates_in(Path::new("/run/a b"), info), Some(true));
+        assert_eq!(propagates_in(Path::new("/run"), info), None);
     }
 
     #[test]

@@ -206,8 +206,23 @@ async fn mount_propagation_both_ways() {
     if !common::require_root() {
         return;
     }
+    propagation_both_ways(vec![]).await;
+}
+
+/// The same from a pod whose mounts live in its monitor's own namespace:
+/// the volumes are mounted after the monitor started, on a node whose
+/// root is not shared, so each reaches the pod as a bind staged for it.
+#[tokio::test(flavor = "multi_thread")]
+async fn mount_propagation_both_ways_from_the_pods_own_namespace() {
+    if !common::require_root() {
+        return;
+    }
+    propagation_both_ways(vec!["--mount-namespace".into(), "pod".into()]).await;
+}
+
+async fn propagation_both_ways(args: Vec<String>) {
     use rustix::mount::{mount_bind_recursive, mount_change, MountPropagationFlags};
-    let p = setup(vec![]).await;
+    let p = setup_with(vec![], "/usr/lib/cni", args).await;
     let image = app_image(&p).await;
     let pc = pod_config(&p, "prop");
     let pod = run(&p.h, pc.clone()).await.unwrap();

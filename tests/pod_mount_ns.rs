@@ -2,7 +2,9 @@
 //! namespace pins, its /dev/shm, its pause's and its containers' rootfs)
 //! live in its monitor's mount namespace and none in the node's; a volume
 //! the node mounts after the pod started still reaches its containers as
-//! the node sees it; Bidirectional propagation is refused by name; a
+//! the node sees it; on a node that shares its mounts, a pod's namespace
+//! is their peer (a container's Bidirectional volume reaches the node)
+//! while nothing under the server's dirs propagates, either way; a
 //! failure and a removal leave nothing, on the node or in the monitors.
 #![allow(clippy::unwrap_used)]
 
@@ -38,7 +40,7 @@ fn node_mounts(p: &Pod) -> Vec<String> {
         .collect();
     common::mounts_under(d)
         .into_iter()
-        .filter(|m| !spare.iter().any(|s| Path::new(m).starts_with(s)))
+        .filter(|m| !servers_own(d, m) && !spare.iter().any(|s| Path::new(m).starts_with(s)))
         .collect()
 }
 
@@ -149,22 +151,6 @@ async fn a_pods_mounts_are_its_monitors_alone() {
         mounts_of(other_mon, d)
     );
 
-    // Bidirectional propagation cannot reach the node from a pod's own
-    // namespace: refused, naming the setting.
-    let shared = tempfile::tempdir().unwrap();
-    tmpfs(shared.path(), true);
-    let mut b = ccfg(&image, "bidi", &[], &[]);
-    b.mounts.push(Mount {
-        container_path: "/shared".into(),
-        host_path: shared.path().display().to_string(),
-        propagation: MountPropagation::PropagationBidirectional as i32,
-        ..Default::default()
-    });
-    let e = try_create(h, &pod, &pc, b).await.unwrap_err();
-    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
-    assert!(e.message().contains("mount_namespace"), "{}", e.message());
-    umount(shared.path());
-
     // A removed container's rootfs leaves the pod's namespace at once.
     stop_remove(h, &id).await;
     let left = mounts_of(mon, d);
@@ -197,4 +183,102 @@ async fn a_failed_pod_leaves_nothing_in_any_namespace() {
     assert_eq!(node_mounts(&p), Vec::<String>::new());
     stop_remove_pod(&p.h, &id).await;
     assert_eq!(leftovers(&p), Vec::<String>::new());
+}
+
+/// A node whose mounts are shared, as systemd shares them on a real node:
+/// the server's root is under a shared tmpfs of the test's own, and a
+/// process in a mount namespace that is its peer (as another service's)
+/// stands for the rest of the node.
+#[tokio::test(flavor = "multi_thread")]
+async fn on_a_node_that_shares_its_mounts_a_pods_stay_its_own() {
+    if !common::require_root() {
+        return;
+    }
+    let node = tempfile::tempdir().unwrap();
+    let n = node.path().to_path_buf();
+    tmpfs(&n, true);
+    let peer = std::process::Command::new("unshare")
+        .args(["-m", "--propagation", "unchanged", "sleep", "600"])
+        .spawn()
+        .unwrap();
+    let undo = Undo(n.clone(), peer);
+    let vol = n.join("vol");
+    std::fs::create_dir_all(vol.join("sub")).unwrap();
+    let root = n.join("root");
+    let mut args = pod_mode();
+    args.extend(["--root".to_string(), root.display().to_string()]);
+    let p = setup_with(vec![], "/usr/lib/cni", args).await;
+    let h = &p.h;
+    let image = app_image(&p).await;
+    let pc = pod_config(&p, "pmn-shared");
+    let pod = run(h, pc.clone()).await.unwrap();
+    let mut c = ccfg(&image, "bidi", &[], &[]);
+    security(&mut c).privileged = true;
+    c.mounts.push(Mount {
+        container_path: "/vol".into(),
+        host_path: vol.display().to_string(),
+        propagation: MountPropagation::PropagationBidirectional as i32,
+        ..Default::default()
+    });
+    let id = create_start(h, &pod, &pc, c).await;
+    let other = run(h, pod_config(&p, "pmn-shared-other")).await.unwrap();
+
+    // The pod's rootfs and shm are its monitor's; on the node, and in the
+    // peer, under the root there is only the root's own private bind.
+    let mon = shim_pid(h, &pod);
+    let theirs = mounts_of(mon, &root);
+    for want in [
+        root.join("sandboxes").join(&pod).join("shm"),
+        root.join("containers").join(&id).join("rootfs"),
+    ] {
+        let want = want.display().to_string();
+        assert!(theirs.contains(&want), "{want} not in {theirs:?}");
+    }
+    let only_root = vec![root.display().to_string()];
+    assert_eq!(common::mounts_under(&root), only_root);
+    let peer_pid = undo.1.id();
+    assert_eq!(mounts_of(peer_pid, &root), only_root);
+    assert!(
+        !mounts_of(shim_pid(h, &other), &root)
+            .iter()
+            .any(|m| m.contains(&pod) || m.contains(&id)),
+        "{:?}",
+        mounts_of(shim_pid(h, &other), &root)
+    );
+
+    // What the container mounts on its Bidirectional volume reaches the
+    // node and the node's peers; what the node mounts there reaches it.
+    let r = exec_sync(h, &id, &["mount", "-t", "tmpfs", "from-pod", "/vol/sub"])
+        .await
+        .unwrap();
+    assert_eq!(r.exit_code, 0, "{}", String::from_utf8_lossy(&r.stderr));
+    let sub = vol.join("sub").display().to_string();
+    assert!(common::mounts_under(&vol).contains(&sub));
+    assert!(mounts_of(peer_pid, &vol).contains(&sub));
+    umount(&vol.join("sub"));
+    let r = exec_sync(h, &id, &["grep", " /vol/sub ", "/proc/mounts"])
+        .await
+        .unwrap();
+    assert_eq!(r.exit_code, 1, "the node's unmount reached the container");
+
+    stop_remove_pod(h, &pod).await;
+    stop_remove_pod(h, &other).await;
+    assert_eq!(leftovers(&p), Vec::<String>::new());
+    assert_eq!(common::mounts_under(&root), only_root);
+    assert_eq!(mounts_of(peer_pid, &root), only_root);
+    drop(p);
+}
+
+/// The shared tmpfs and its peer process, undone however the test ends
+/// (after the server is gone: it is dropped first).
+struct Undo(std::path::PathBuf, std::process::Child);
+impl Drop for Undo {
+    fn drop(&mut self) {
+        let _ = self.1.kill();
+        let _ = self.1.wait();
+        let _ = std::process::Command::new("umount")
+            .args(["-R", "-l"])
+            .arg(&self.0)
+            .status();
+    }
 }

@@ -299,7 +299,7 @@ pub fn check_propagation(c: &ContainerConfig, mountinfo: &str) -> Result<(), Spe
 
 /// The mount point holding `path` (the longest matching mount point; the
 /// last one mounted wins a tie) and its optional fields.
-fn mount_of<'a>(path: &Path, mountinfo: &'a str) -> Option<(&'a str, &'a str)> {
+pub(super) fn mount_of<'a>(path: &Path, mountinfo: &'a str) -> Option<(&'a str, &'a str)> {
     let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
     let mut best: Option<(&str, &str)> = None;
     for line in mountinfo.lines() {

@@ -10,7 +10,7 @@
 //! rest ([`stage_unseen`]), so the container gets the node's view of it.
 //! Removal unmounts inside the pod's namespace ([`unmount_in_pod`]).
 
-use crate::api::cri::{ContainerConfig, MountPropagation};
+use crate::api::cri::ContainerConfig;
 use crate::sandbox::manager::SandboxRecord;
 use crate::sandbox::podns;
 use crate::sandbox::SandboxError;
@@ -35,20 +35,29 @@ pub fn monitor(pod: &SandboxRecord, shim_dir: &Path) -> Result<Option<u32>, Sand
 }
 
 /// Binds each source of `c`'s mounts that the pod of monitor `pid` does not
-/// see as the node does under `dir/binds/<n>`, and names that instead.
-/// Bidirectional propagation is refused: a pod's namespace is a slave of
-/// the node's, so nothing the container mounts would reach the node.
+/// see as the node does under `dir/binds/<n>`, and names that instead. A
+/// bind of a shared mount is its peer, and so is the clone handed over:
+/// a Bidirectional volume staged so still reaches the node.
 pub fn stage_unseen(pid: u32, c: &mut ContainerConfig, dir: &Path) -> Result<(), SandboxError> {
+    if c.mounts.is_empty() {
+        return Ok(());
+    }
+    let info = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+    let (node, pod) = (
+        info("/proc/self/mountinfo"),
+        info(&format!("/proc/{pid}/mountinfo")),
+    );
     for (n, m) in c.mounts.iter_mut().enumerate() {
-        if m.propagation == MountPropagation::PropagationBidirectional as i32 {
-            return Err(SandboxError::Invalid(format!(
-                "mount {:?}: Bidirectional propagation needs mount_namespace = \"node\" \
-                 (this node keeps each pod's mounts in a namespace of its own)",
-                m.container_path
-            )));
-        }
         let host = Path::new(&m.host_path);
-        if host.starts_with(dir) || podns::same_in_pod(pid, host) {
+        // The same file, in a mount at the same point with the same
+        // propagation: a copy the pod took at its start, or a peer that
+        // propagated in. A dir bound onto itself after the pod started
+        // (as critest makes its shared and slave volumes) is the same
+        // file in a mount the pod does not have.
+        if host.starts_with(dir)
+            || (podns::same_in_pod(pid, host)
+                && super::mounts::mount_of(host, &node) == super::mounts::mount_of(host, &pod))
+        {
             continue;
         }
         let at = dir.join("binds").join(n.to_string());

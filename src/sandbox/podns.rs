@@ -9,9 +9,15 @@
 //!
 //! So each pod's mounts live in its monitor's mount namespace instead.
 //! The monitor (`husk shim`, started with [`crate::shim::client::MOUNT_NS_ENV`])
-//! unshares one at its start, a slave of the node's: the node's mounts (a
-//! kubelet's volumes) still propagate in where the node shares them,
-//! nothing of the pod's propagates out. The server makes each mount as it
+//! unshares one at its start, a copy of the node's that keeps its
+//! propagation: where the node shares a mount (a kubelet's volumes) the
+//! pod's copy is its peer, so what the node mounts there comes in, and a
+//! container's Bidirectional volume reaches the node as it does from the
+//! node's own namespace. The server's root and state are private mounts of
+//! their own ([`keep_private`], at the server's start), so nothing mounted
+//! under them propagates, either way: the pod's mounts stay the pod's, and
+//! the server's (made on the node before each is handed over) are not
+//! copied into every pod's namespace. The server makes each mount as it
 //! always has, in the node's namespace, then hands it over ([`adopt`]): a
 //! clone of it (`open_tree`) is attached at the same path in the pod's
 //! namespace (`move_mount`) and the node's is unmounted. The pod's
@@ -24,6 +30,35 @@
 use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
+
+/// Makes each of `dirs` (the server's root and state) a mount whose
+/// propagation is private: bound onto itself, with what is mounted under
+/// it, unless the topmost mount there already is one. A pod's namespace
+/// shares the node's propagation elsewhere; under these, what the server
+/// mounts on the node (a pod's pins and rootfs before they are handed
+/// over) is not copied into each pod's namespace, and what a pod's
+/// namespace has there does not reach the node. The binds stay when the
+/// server exits: the next server finds them. Returns the dirs as the
+/// mount table names them.
+pub fn keep_private(dirs: &[&Path]) -> io::Result<Vec<PathBuf>> {
+    use rustix::mount::MountPropagationFlags;
+    let mut out = Vec::new();
+    for dir in dirs {
+        let dir = std::fs::canonicalize(dir)?;
+        if crate::sys::propagates(&dir) != Some(false) {
+            rustix::mount::mount_bind_recursive(&dir, &dir).map_err(|e| {
+                io::Error::other(format!("bind {} onto itself: {e}", dir.display()))
+            })?;
+        }
+        rustix::mount::mount_change(
+            &dir,
+            MountPropagationFlags::PRIVATE | MountPropagationFlags::REC,
+        )
+        .map_err(|e| io::Error::other(format!("make {} private: {e}", dir.display())))?;
+        out.push(dir);
+    }
+    Ok(out)
+}
 
 /// `path` (as the pod's processes name it) as the server reaches it: inside
 /// the mount namespace of the monitor `pid`.
@@ -237,6 +272,68 @@ mod tests {
         rustix::mount::unmount(dir.path(), rustix::mount::UnmountFlags::empty()).unwrap();
         child.kill().unwrap();
         child.wait().unwrap();
+    }
+
+    #[test]
+    fn under_a_private_dir_nothing_propagates_elsewhere_the_node_and_pod_are_peers() {
+        use rustix::mount::{mount, unmount, MountFlags, UnmountFlags};
+        if !rustix::process::geteuid().is_root() {
+            eprintln!("skipped: needs root");
+            return;
+        }
+        // A node that shares its mounts (the test's own tmpfs), the
+        // server's dir in it.
+        let node = tempfile::tempdir().unwrap();
+        let n = node.path().canonicalize().unwrap();
+        mount("t", &n, "tmpfs", MountFlags::empty(), c"").unwrap();
+        rustix::mount::mount_change(&n, rustix::mount::MountPropagationFlags::SHARED).unwrap();
+        let (dir, vol) = (n.join("state"), n.join("vol"));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::create_dir_all(&vol).unwrap();
+        assert_eq!(keep_private(&[&dir]).unwrap(), vec![dir.clone()]);
+        assert_eq!(crate::sys::propagates(&dir), Some(false));
+        // Again: nothing more is bound.
+        keep_private(&[&dir]).unwrap();
+        assert_eq!(crate::sys::mounts_under(&dir), vec![dir.clone()]);
+        let mut child = std::process::Command::new("unshare")
+            .args(["-m", "--propagation", "unchanged", "sleep", "60"])
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        wait_own_ns(pid);
+        let in_pod = |p: &Path| {
+            std::fs::read_to_string(format!("/proc/{pid}/mountinfo"))
+                .unwrap()
+                .lines()
+                .any(|l| l.split(' ').nth(4) == Some(p.to_str().unwrap()))
+        };
+        let (a, b, c, d) = (dir.join("a"), dir.join("b"), vol.join("c"), vol.join("d"));
+        for x in [&a, &b, &c, &d] {
+            std::fs::create_dir(x).unwrap();
+        }
+        // The node's mount under the dir stays the node's; the pod's, the pod's.
+        mount("t", &a, "tmpfs", MountFlags::empty(), c"").unwrap();
+        assert!(!in_pod(&a));
+        within(pid, || {
+            Ok(mount("t", &b, "tmpfs", MountFlags::empty(), c"")?)
+        })
+        .unwrap();
+        assert!(in_pod(&b));
+        assert!(!crate::sys::mounts_under(&dir).contains(&b));
+        // Elsewhere, each sees what the other mounts.
+        mount("t", &c, "tmpfs", MountFlags::empty(), c"").unwrap();
+        assert!(in_pod(&c));
+        within(pid, || {
+            Ok(mount("t", &d, "tmpfs", MountFlags::empty(), c"")?)
+        })
+        .unwrap();
+        assert!(crate::sys::mounts_under(&vol).contains(&d));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        unmount(&n, UnmountFlags::DETACH).unwrap();
+        for m in crate::sys::mounts_under(&n) {
+            let _ = unmount(&m, UnmountFlags::DETACH);
+        }
     }
 
     #[test]

@@ -124,6 +124,16 @@ pub async fn serve(cfg: Config, reload: Option<reload::Reloader>) -> anyhow::Res
             cfg.state.display()
         )
     })?;
+    // With mount_namespace = "pod", the pods' namespaces keep the node's
+    // propagation, but not under the server's own dirs (`podns`).
+    let own_ns_dirs = if cfg.mount_namespace == "pod" {
+        Some(
+            crate::sandbox::podns::keep_private(&[cfg.root.as_path(), cfg.state.as_path()])
+                .context("make the server's root and state private mounts")?,
+        )
+    } else {
+        None
+    };
     let metrics = match cfg.metrics.address.as_str() {
         "" => None,
         a => Some(
@@ -157,9 +167,7 @@ pub async fn serve(cfg: Config, reload: Option<reload::Reloader>) -> anyhow::Res
         max_concurrent_downloads: cfg.registry.max_concurrent_downloads,
         stall_timeout: Duration::from_secs(cfg.registry.stall_timeout_secs),
     };
-    crate::shim::client::set_own_mount_ns(
-        (cfg.mount_namespace == "pod").then_some(&[cfg.root.as_path(), cfg.state.as_path()][..]),
-    );
+    crate::shim::client::set_own_mount_ns(own_ns_dirs.as_deref());
     let sandbox_paths = crate::sandbox::manager::SandboxPaths {
         root: cfg.root.clone(),
         state: cfg.state.clone(),

@@ -22,7 +22,7 @@ static OWN_MOUNT_NS: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(No
 /// mount namespace of their own (`mount_namespace = "pod"`), and the
 /// server's dirs (its root and state) in which they mount; set once at the
 /// server's start.
-pub fn set_own_mount_ns(dirs: Option<&[&Path]>) {
+pub fn set_own_mount_ns(dirs: Option<&[std::path::PathBuf]>) {
     let v = dirs.map(|d| {
         d.iter()
             .map(|p| p.display().to_string())

@@ -42,22 +42,26 @@ fn redirect_stdio(log: &Path) -> io::Result<()> {
     Ok(())
 }
 
-/// The monitor's own mount namespace, a slave of the node's: the pod's
-/// mounts are attached in it (`crate::sandbox::podns`) and none of them
-/// reaches the node; the node's own still come in where it shares them.
-/// What the copy brought along under the server's `dirs` (another pod's
-/// rootfs or pins, made in the node's namespace a moment before that pod
-/// took them) is dropped from it.
+/// The monitor's own mount namespace, a copy of the node's with its
+/// propagation kept: the pod's mounts are attached in it under the
+/// server's `dirs`, which are private mounts (`crate::sandbox::podns`), so
+/// none of them reaches the node; where the node shares a mount, the pod's
+/// copy is its peer (a kubelet's volumes come in, a container's
+/// Bidirectional volume reaches the node). What the copy brought along
+/// under `dirs` (another pod's rootfs or pins, made in the node's
+/// namespace a moment before that pod took them) is dropped from it.
 fn own_mount_namespace(dirs: &str) -> io::Result<()> {
     // SAFETY: the monitor is single-threaded; a new mount namespace changes
     // no memory and no descriptor.
     unsafe { rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::NEWNS) }?;
-    rustix::mount::mount_change(
-        "/",
-        rustix::mount::MountPropagationFlags::DOWNSTREAM
-            | rustix::mount::MountPropagationFlags::REC,
-    )?;
     for dir in dirs.split(':').filter(|d| !d.is_empty()) {
+        // Were it shared, an unmount here would take another pod's mounts
+        // from the node too.
+        if crate::sys::propagates(Path::new(dir)) != Some(false) {
+            return Err(io::Error::other(format!(
+                "{dir} is not a private mount: the pod's mounts would propagate"
+            )));
+        }
         for m in crate::sys::mounts_under(Path::new(dir)) {
             if m != Path::new(dir) {
                 let _ = rustix::mount::unmount(&m, rustix::mount::UnmountFlags::DETACH);

@@ -279,6 +279,13 @@ pub fn leftovers(p: &Pod) -> Vec<String> {
     }
 }
 
+/// Whether the mount point `m` is one of the server's own dirs under the
+/// test's `d` (its root and state), bound onto themselves as private
+/// mounts with `mount_namespace = "pod"`: no pod's.
+pub fn servers_own(d: &Path, m: &str) -> bool {
+    Path::new(m) == d.join("root") || Path::new(m) == d.join("run")
+}
+
 /// Everything a sandbox could leave behind, counted now.
 pub fn leftovers_now(p: &Pod) -> Vec<String> {
     let mut v = Vec::new();
@@ -301,6 +308,7 @@ pub fn leftovers_now(p: &Pod) -> Vec<String> {
         .collect();
     let (kept, mounts): (Vec<String>, Vec<String>) = all_mounts
         .into_iter()
+        .filter(|m| !servers_own(d, m))
         .partition(|m| spare_dirs.iter().any(|s| Path::new(m).starts_with(s)));
     if !mounts.is_empty() {
         v.push(format!("mounts {mounts:?}"));

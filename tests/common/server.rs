@@ -99,6 +99,13 @@ impl Husk {
             c.arg("--log-level").arg("debug");
         }
         c.args(&self.extra);
+        // A suite run may pin where pods' mounts live; a test that names
+        // it keeps its own.
+        if let Ok(m) = std::env::var("HUSK_TEST_MOUNT_NAMESPACE") {
+            if !self.extra.iter().any(|a| a == "--mount-namespace") {
+                c.arg("--mount-namespace").arg(m);
+            }
+        }
         // A suite run may pin the cgroup driver (the systemd node VM runs
         // cgroupfs tests too); a test that names one keeps its own.
         if let Ok(d) = std::env::var("HUSK_TEST_CGROUP_DRIVER") {
