@@ -5,7 +5,8 @@
 //! the node sees it; on a node that shares its mounts, a pod's namespace
 //! is their peer (a container's Bidirectional volume reaches the node)
 //! while nothing under the server's dirs propagates, either way; a
-//! failure and a removal leave nothing, on the node or in the monitors.
+//! hostUsers: false pod is refused as not built yet; a failure and a
+//! removal leave nothing, on the node or in the monitors.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -182,6 +183,26 @@ async fn a_failed_pod_leaves_nothing_in_any_namespace() {
     let id = run(&p.h, p.config("pmn-fails")).await.unwrap();
     assert_eq!(node_mounts(&p), Vec::<String>::new());
     stop_remove_pod(&p.h, &id).await;
+    assert_eq!(leftovers(&p), Vec::<String>::new());
+}
+
+/// A pod with its own user namespace is not built yet in this mode: refused
+/// as such, naming the setting, with nothing made.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hostusers_false_pod_is_not_built_yet_and_leaves_nothing() {
+    if !common::require_root() {
+        return;
+    }
+    use common::userns::{map, userns, with_userns};
+    let p = setup_with(vec![], "/usr/lib/cni", pod_mode()).await;
+    let m = vec![map(0, 65536 * 7, 65536)];
+    let pc = with_userns(
+        pod_config(&p, "pmn-userns"),
+        userns(NamespaceMode::Pod, m.clone(), m),
+    );
+    let e = run(&p.h, pc).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unimplemented, "{e:?}");
+    assert!(e.message().contains("mount_namespace"), "{}", e.message());
     assert_eq!(leftovers(&p), Vec::<String>::new());
 }
 

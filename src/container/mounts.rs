@@ -317,6 +317,30 @@ pub(super) fn mount_of<'a>(path: &Path, mountinfo: &'a str) -> Option<(&'a str, 
     best
 }
 
+/// The mount points strictly below `path` in `mountinfo`, with their
+/// optional fields, but those under `skip`, sorted (two namespaces list
+/// the same mounts in different orders).
+pub(super) fn mounts_below<'a>(
+    path: &Path,
+    mountinfo: &'a str,
+    skip: &[std::path::PathBuf],
+) -> Vec<(&'a str, &'a str)> {
+    let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut below = mountinfo
+        .lines()
+        .filter_map(|line| {
+            let (left, _) = line.split_once(" - ")?;
+            let fields: Vec<&str> = left.splitn(7, ' ').collect();
+            let point = *fields.get(4)?;
+            let p = Path::new(point);
+            (p != path && p.starts_with(&path) && !skip.iter().any(|s| p.starts_with(s)))
+                .then(|| (point, fields.get(6).copied().unwrap_or("")))
+        })
+        .collect::<Vec<_>>();
+    below.sort_unstable();
+    below
+}
+
 /// The mounts: defaults, the pod's files and /dev/shm, image volumes, then
 /// the config's mounts (which win at the same destination), in the order
 /// of `kernel_mounts::order`.

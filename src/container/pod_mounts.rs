@@ -47,16 +47,22 @@ pub fn stage_unseen(pid: u32, c: &mut ContainerConfig, dir: &Path) -> Result<(),
         info("/proc/self/mountinfo"),
         info(&format!("/proc/{pid}/mountinfo")),
     );
+    // The pods' own mounts, and the server's on the node, are under these.
+    let skip = crate::shim::client::own_mount_ns_dirs();
     for (n, m) in c.mounts.iter_mut().enumerate() {
         let host = Path::new(&m.host_path);
         // The same file, in a mount at the same point with the same
-        // propagation: a copy the pod took at its start, or a peer that
-        // propagated in. A dir bound onto itself after the pod started
-        // (as critest makes its shared and slave volumes) is the same
-        // file in a mount the pod does not have.
+        // propagation, with the same mounts below it: a copy the pod took
+        // at its start, or a peer that propagated in. A dir bound onto
+        // itself after the pod started (as critest makes its shared and
+        // slave volumes) is the same file in a mount the pod does not
+        // have; a tmpfs the node mounted inside a volume since, a mount
+        // below it the pod lacks.
         if host.starts_with(dir)
             || (podns::same_in_pod(pid, host)
-                && super::mounts::mount_of(host, &node) == super::mounts::mount_of(host, &pod))
+                && super::mounts::mount_of(host, &node) == super::mounts::mount_of(host, &pod)
+                && super::mounts::mounts_below(host, &node, &skip)
+                    == super::mounts::mounts_below(host, &pod, &skip))
         {
             continue;
         }

@@ -91,6 +91,13 @@ impl SandboxManager {
                 ipc == NamespaceMode::Node,
             )
             .map_err(SandboxError::Invalid)?;
+        if matches!(userns, Userns::Pod { .. }) && crate::shim::client::own_mount_ns() {
+            return Err(SandboxError::Unsupported(
+                "a pod with its own user namespace (hostUsers: false) is not built yet with \
+                 mount_namespace = \"pod\": run it on a node with mount_namespace = \"node\""
+                    .into(),
+            ));
+        }
         let handlers = self.handlers();
         let handler = handlers.get(&runtime_handler)?;
         let oci = handler.oci_request()?;

@@ -40,6 +40,22 @@ pub fn own_mount_ns() -> bool {
         .is_some()
 }
 
+/// The server's dirs the pods' mounts are made under (see
+/// [`set_own_mount_ns`]); none in node mode.
+pub fn own_mount_ns_dirs() -> Vec<std::path::PathBuf> {
+    OWN_MOUNT_NS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .as_deref()
+        .map(|d| {
+            d.split(':')
+                .filter(|x| !x.is_empty())
+                .map(Into::into)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// Starts `husk shim --dir DIR` from `exe` (the sealed handle of
 /// `sealed.rs`, or a plain path); returns once the monitor is listening.
 /// argv[0] is the path of the binary this process runs, whatever `exe`.
