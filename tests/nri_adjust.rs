@@ -205,13 +205,28 @@ async fn scheduling_seccomp_and_namespaces_from_a_plugin_are_the_container_s() {
     if !common::require_root() {
         return;
     }
+    from_a_plugin(vec![]).await;
+}
+
+/// The same with each pod's mounts in its monitor's own namespace: the
+/// namespace the test pins after the pod started is not there, and is
+/// joined through the monitor's hold on the node's root.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_namespace_from_a_plugin_is_joined_from_the_pods_own_mount_namespace() {
+    if !common::require_root() {
+        return;
+    }
+    from_a_plugin(vec!["--mount-namespace".into(), "pod".into()]).await;
+}
+
+async fn from_a_plugin(args: Vec<String>) {
     use husk::api::nri as api;
     use std::os::unix::fs::MetadataExt;
     let cfg = format!(
         "[runtimes.runc14]\ntype = \"oci\"\npath = \"{}\"\n",
         common::shared("shims/runc-1.4.3").display()
     );
-    let p = setup_config(vec![], "/usr/lib/cni", vec![], &cfg).await;
+    let p = setup_config(vec![], "/usr/lib/cni", args, &cfg).await;
     let image = image(&p).await;
     let pin = p.h.dir.path().join("test-ipc");
     std::fs::write(&pin, "").unwrap();

@@ -4,8 +4,9 @@
 //! the node mounts after the pod started still reaches its containers as
 //! the node sees it; on a node that shares its mounts, a pod's namespace
 //! is their peer (a container's Bidirectional volume reaches the node)
-//! while nothing under the server's dirs propagates, either way; a
-//! hostUsers: false pod is refused as not built yet; a failure and a
+//! while nothing under the server's dirs propagates, either way; a log
+//! goes where the node sees its directory; a hostUsers: false pod is
+//! refused as not built yet; a failure and a
 //! removal leave nothing, on the node or in the monitors.
 #![allow(clippy::unwrap_used)]
 
@@ -183,6 +184,44 @@ async fn a_failed_pod_leaves_nothing_in_any_namespace() {
     let id = run(&p.h, p.config("pmn-fails")).await.unwrap();
     assert_eq!(node_mounts(&p), Vec::<String>::new());
     stop_remove_pod(&p.h, &id).await;
+    assert_eq!(leftovers(&p), Vec::<String>::new());
+}
+
+/// A log directory the node mounts after the pod started: the container's
+/// log is written where the node sees it, not under that mount.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_log_goes_where_the_node_sees_its_directory() {
+    if !common::require_root() {
+        return;
+    }
+    let p = setup_with(vec![], "/usr/lib/cni", pod_mode()).await;
+    let image = app_image(&p).await;
+    let logs = p.h.dir.path().join("logs");
+    std::fs::create_dir_all(&logs).unwrap();
+    let mut pc = pod_config(&p, "pmn-logs");
+    pc.log_directory = logs.display().to_string();
+    let pod = run(&p.h, pc.clone()).await.unwrap();
+    tmpfs(&logs, false);
+    let mut c = ccfg(&image, "talks", &[], &["echo said-on-the-node; sleep 600"]);
+    c.log_path = "talks/0.log".into();
+    let id = create_start(&p.h, &pod, &pc, c).await;
+    let log = logs.join("talks/0.log");
+    let mut text = String::new();
+    for _ in 0..100 {
+        text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.contains("said-on-the-node") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(
+        text.contains("said-on-the-node"),
+        "{}: {text:?}",
+        log.display()
+    );
+    stop_remove(&p.h, &id).await;
+    stop_remove_pod(&p.h, &pod).await;
+    umount(&logs);
     assert_eq!(leftovers(&p), Vec::<String>::new());
 }
 

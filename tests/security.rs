@@ -208,7 +208,22 @@ async fn no_runtime_descriptor_reaches_the_payload() {
     if !common::require_root() {
         return;
     }
-    let p = pod::setup(vec![]).await;
+    descriptors(vec![]).await;
+}
+
+/// The same with each pod's mounts in its monitor's own namespace, whose
+/// monitor holds the node's root (descriptor 3) to open what the node
+/// names: neither the init nor an exec has it at its execve.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_node_root_a_pods_monitor_holds_reaches_no_payload() {
+    if !common::require_root() {
+        return;
+    }
+    descriptors(vec!["--mount-namespace".into(), "pod".into()]).await;
+}
+
+async fn descriptors(args: Vec<String>) {
+    let p = pod::setup_with(vec![], "/usr/lib/cni", args).await;
     let (pod, pc) = host_pod(&p, "fds").await;
     let img = app_image(&p).await;
     // The init and an exec see stdio only (ls's own listing is its 3).
@@ -241,8 +256,11 @@ async fn no_runtime_descriptor_reaches_the_payload() {
     );
     // The attack itself: argv[0] through each low descriptor, as an exec
     // and as a container's command.
-    for n in 3..=64 {
-        let path = format!("/proc/self/fd/{n}/self/root/bin/busybox");
+    // A descriptor of the node's root: its busybox directly.
+    let low = (3..=10).map(|n| format!("/proc/self/fd/{n}/bin/busybox"));
+    let through = (3..=64).map(|n| format!("/proc/self/fd/{n}/self/root/bin/busybox"));
+    for path in low.chain(through) {
+        let n = path.clone();
         // Refused as a call (the path does not resolve), or run and failed.
         if let Ok(r) = exec_sync(&p.h, &id, &[&path, "echo", "escaped"]).await {
             assert_ne!(r.exit_code, 0, "fd {n}: {r:?}");
@@ -253,6 +271,15 @@ async fn no_runtime_descriptor_reaches_the_payload() {
         }
     }
     let mut attacks = Vec::new();
+    for n in 3..=6 {
+        let path = format!("/proc/self/fd/{n}/bin/busybox");
+        attacks.push(ccfg(
+            &img,
+            &format!("root{n}"),
+            &[&path],
+            &["echo", "escaped"],
+        ));
+    }
     for n in 3..=48 {
         let path = format!("/proc/self/fd/{n}/self/root/bin/busybox");
         attacks.push(ccfg(

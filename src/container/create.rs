@@ -321,7 +321,8 @@ impl ContainerManager {
         }
         let mut c = c.clone();
         super::idmapped::mount_all(&mut c, &dir, pod.userns.as_ref())?;
-        if let Some(pid) = super::pod_mounts::monitor(&pod, &self.sandboxes.shim_dir(sandbox_id))? {
+        let monitor = super::pod_mounts::monitor(&pod, &self.sandboxes.shim_dir(sandbox_id))?;
+        if let Some(pid) = monitor {
             super::pod_mounts::stage_unseen(pid, &mut c, &dir)?;
             super::pod_mounts::hand_over(pid, &dir)?;
         }
@@ -402,6 +403,9 @@ impl ContainerManager {
         self.adjust_spec(&pod, &rec, &mut spec)?;
         if oci.is_none() {
             crate::nri::adjust::for_libcontainer(&mut spec);
+        }
+        if let Some(pid) = monitor {
+            super::pod_mounts::reach_namespaces(pid, &mut spec);
         }
         atomic::write_state_json(&dir.join("config.json"), &spec)
             .map_err(SandboxError::io("write container spec"))?;

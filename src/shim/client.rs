@@ -6,7 +6,7 @@ use crate::api::shim::{ShimRequest, ShimResponse};
 use std::io;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -54,6 +54,21 @@ pub fn own_mount_ns_dirs() -> Vec<std::path::PathBuf> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// The descriptor at which a monitor with its own mount namespace holds
+/// the node's root, opened before it unshared (the first one free).
+pub const NODE_ROOT_FD: i32 = 3;
+
+/// `path` as the node names it, reached from inside the pod's mount
+/// namespace through the node's root that the monitor `pid` holds: a
+/// mount the node made since the pod started is found there, as on the
+/// node. `pid` None: the calling monitor itself.
+pub fn node_root(pid: Option<u32>, path: &Path) -> PathBuf {
+    let who = pid.map_or_else(|| "self".to_string(), |p| p.to_string());
+    let mut p = PathBuf::from(format!("/proc/{who}/fd/{NODE_ROOT_FD}"));
+    p.push(path.strip_prefix("/").unwrap_or(path));
+    p
 }
 
 /// Starts `husk shim --dir DIR` from `exe` (the sealed handle of

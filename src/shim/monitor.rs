@@ -245,7 +245,14 @@ impl Shim {
                         req.max_log_line as usize
                     };
                     if !req.log_path.is_empty() {
-                        let w = CriLogWriter::open(Path::new(&req.log_path), max)
+                        // The node's log dir as the node sees it, from a
+                        // pod's own mount namespace too.
+                        let at = if std::env::var_os(super::client::MOUNT_NS_ENV).is_some() {
+                            super::client::node_root(None, Path::new(&req.log_path))
+                        } else {
+                            Path::new(&req.log_path).to_path_buf()
+                        };
+                        let w = CriLogWriter::open(&at, max)
                             .map_err(|e| (INTERNAL, format!("open log {}: {e}", req.log_path)))?;
                         self.logs.insert(id.to_string(), w);
                     }

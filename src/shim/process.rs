@@ -81,6 +81,24 @@ pub fn run(dir: &Path) -> io::Result<()> {
     unsafe {
         libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
     }
+    // A monitor with a mount namespace of its own keeps the node's root,
+    // to open what the node names (a log path, a namespace a plugin
+    // pinned) as the node sees it (`client::node_root`).
+    if std::env::var_os(super::client::MOUNT_NS_ENV).is_some() {
+        use std::os::fd::IntoRawFd;
+        let fd = rustix::fs::open(
+            "/",
+            rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )?
+        .into_raw_fd();
+        if fd != super::client::NODE_ROOT_FD {
+            return Err(io::Error::other(format!(
+                "the node's root came as descriptor {fd}, not {}",
+                super::client::NODE_ROOT_FD
+            )));
+        }
+    }
     std::fs::create_dir_all(dir.join("exits"))?;
     let sock = dir.join("shim.sock");
     let _ = std::fs::remove_file(&sock);
