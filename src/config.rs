@@ -351,8 +351,7 @@ sandbox_image = {sandbox_image:?}
 # monitor, so that the node's mount table does not grow with its pods and
 # a container's create costs the same at the thousandth pod as at the
 # first. "pod" needs the kernel's open_tree and move_mount (Linux 5.2),
-# and makes root and state private mounts (each bound onto itself); a pod
-# with its own user namespace (hostUsers: false) is not built yet there.
+# and makes root and state private mounts (each bound onto itself).
 mount_namespace = {mount_namespace:?}
 # The runtime handler of a pod that names none (a [runtimes.*] table).
 default_runtime = {default_runtime:?}

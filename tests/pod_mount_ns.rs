@@ -5,8 +5,7 @@
 //! the node sees it; on a node that shares its mounts, a pod's namespace
 //! is their peer (a container's Bidirectional volume reaches the node)
 //! while nothing under the server's dirs propagates, either way; a log
-//! goes where the node sees its directory; a hostUsers: false pod is
-//! refused as not built yet; a failure and a
+//! goes where the node sees its directory; a failure and a
 //! removal leave nothing, on the node or in the monitors.
 #![allow(clippy::unwrap_used)]
 
@@ -222,26 +221,6 @@ async fn a_log_goes_where_the_node_sees_its_directory() {
     stop_remove(&p.h, &id).await;
     stop_remove_pod(&p.h, &pod).await;
     umount(&logs);
-    assert_eq!(leftovers(&p), Vec::<String>::new());
-}
-
-/// A pod with its own user namespace is not built yet in this mode: refused
-/// as such, naming the setting, with nothing made.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_hostusers_false_pod_is_not_built_yet_and_leaves_nothing() {
-    if !common::require_root() {
-        return;
-    }
-    use common::userns::{map, userns, with_userns};
-    let p = setup_with(vec![], "/usr/lib/cni", pod_mode()).await;
-    let m = vec![map(0, 65536 * 7, 65536)];
-    let pc = with_userns(
-        pod_config(&p, "pmn-userns"),
-        userns(NamespaceMode::Pod, m.clone(), m),
-    );
-    let e = run(&p.h, pc).await.unwrap_err();
-    assert_eq!(e.code(), tonic::Code::Unimplemented, "{e:?}");
-    assert!(e.message().contains("mount_namespace"), "{}", e.message());
     assert_eq!(leftovers(&p), Vec::<String>::new());
 }
 

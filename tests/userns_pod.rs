@@ -61,7 +61,22 @@ async fn a_hostusers_false_pod_runs_in_its_own_user_namespace() {
     if !common::require_root() {
         return;
     }
-    let p = setup(vec![]).await;
+    own_user_namespace(vec![]).await;
+}
+
+/// The same with each pod's mounts in its monitor's own namespace: the
+/// pod's user namespace pin stays on the node and is joined through the
+/// monitor's hold on the node's root, its other pins at their own paths.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hostusers_false_pod_runs_with_its_mounts_in_its_own_namespace() {
+    if !common::require_root() {
+        return;
+    }
+    own_user_namespace(vec!["--mount-namespace".into(), "pod".into()]).await;
+}
+
+async fn own_user_namespace(args: Vec<String>) {
+    let p = setup_with(vec![], "/usr/lib/cni", args).await;
     let image = app_image(&p).await;
     let support = husk::idmap::Support::probe(&p.h.root());
     let advertised = p.h.runtime_status().await.runtime_handlers[0]

@@ -405,7 +405,7 @@ impl ContainerManager {
             crate::nri::adjust::for_libcontainer(&mut spec);
         }
         if let Some(pid) = monitor {
-            super::pod_mounts::reach_namespaces(pid, &mut spec);
+            crate::sandbox::podns::reach_namespaces(pid, &mut spec);
         }
         atomic::write_state_json(&dir.join("config.json"), &spec)
             .map_err(SandboxError::io("write container spec"))?;

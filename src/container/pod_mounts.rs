@@ -9,8 +9,8 @@
 //! bound under the container's dir (`binds/<n>`) and handed over with the
 //! rest ([`stage_unseen`]), so the container gets the node's view of it.
 //! A namespace the node pinned since is joined through the monitor's hold
-//! on the node's root ([`reach_namespaces`]). Removal unmounts inside the
-//! pod's namespace ([`unmount_in_pod`]).
+//! on the node's root (`podns::reach_namespaces`). Removal unmounts inside
+//! the pod's namespace ([`unmount_in_pod`]).
 
 use crate::api::cri::ContainerConfig;
 use crate::sandbox::manager::SandboxRecord;
@@ -88,29 +88,6 @@ pub fn stage_unseen(pid: u32, c: &mut ContainerConfig, dir: &Path) -> Result<(),
         m.host_path = at.to_string_lossy().into_owned();
     }
     Ok(())
-}
-
-/// Points each namespace path of `spec` that the pod of monitor `pid` does
-/// not see as the node does (one a plugin pinned on the node after the
-/// pod started) at the node's, through the monitor's hold on the node's
-/// root: the runtime joins it from inside the pod's namespace.
-pub fn reach_namespaces(pid: u32, spec: &mut serde_json::Value) {
-    let Some(list) = spec
-        .pointer_mut("/linux/namespaces")
-        .and_then(|v| v.as_array_mut())
-    else {
-        return;
-    };
-    for ns in list {
-        let Some(path) = ns.get("path").and_then(|p| p.as_str()).map(Path::new) else {
-            continue;
-        };
-        if path.starts_with("/proc") || podns::same_in_pod(pid, path) {
-            continue;
-        }
-        let at = crate::shim::client::node_root(Some(pid), path);
-        ns["path"] = serde_json::json!(at.display().to_string());
-    }
 }
 
 /// Hands every mount under `dir` to the pod of monitor `pid`.

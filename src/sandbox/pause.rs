@@ -23,6 +23,8 @@ pub(super) struct PauseAsk<'a> {
     /// The sandbox dir; the bundle is made in it.
     pub dir: &'a Path,
     pub userns: Option<&'a PodUserns>,
+    /// The monitor whose mount namespace holds the pod's mounts, if any.
+    pub monitor: Option<u32>,
     pub netns: Option<&'a Path>,
     pub ipcns: Option<&'a Path>,
     pub utsns: Option<&'a Path>,
@@ -138,6 +140,9 @@ impl SandboxManager {
         });
         for (k, v) in a.annotations {
             config["annotations"][k] = serde_json::json!(v);
+        }
+        if let Some(pid) = a.monitor {
+            super::podns::reach_namespaces(pid, &mut config);
         }
         atomic::write_state_json(&bundle.join("config.json"), &config)
             .map_err(SandboxError::io("write pause config"))?;

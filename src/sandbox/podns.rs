@@ -186,6 +186,37 @@ pub fn held_path(f: &File) -> PathBuf {
     PathBuf::from(format!("/proc/{}/fd/{}", std::process::id(), f.as_raw_fd()))
 }
 
+/// Points each namespace path of `spec` that the pod of monitor `pid` does
+/// not see as the node does (one a plugin pinned on the node after the
+/// pod started, or the pod's user namespace, whose pin stays on the node)
+/// at the node's, through the monitor's hold on the node's root: the
+/// runtime joins it from inside the pod's namespace.
+pub fn reach_namespaces(pid: u32, spec: &mut serde_json::Value) {
+    let Some(list) = spec
+        .pointer_mut("/linux/namespaces")
+        .and_then(|v| v.as_array_mut())
+    else {
+        return;
+    };
+    for ns in list {
+        let Some(path) = ns.get("path").and_then(|p| p.as_str()).map(Path::new) else {
+            continue;
+        };
+        // The pod's own pins, as the server reaches them: at their own
+        // paths in the pod's namespace (through the monitor's root a
+        // process already in the pod's user namespace could not go).
+        if path.starts_with(format!("/proc/{pid}/root")) {
+            ns["path"] = serde_json::json!(node_side(path).display().to_string());
+            continue;
+        }
+        if path.starts_with("/proc") || same_in_pod(pid, path) {
+            continue;
+        }
+        let at = crate::shim::client::node_root(Some(pid), path);
+        ns["path"] = serde_json::json!(at.display().to_string());
+    }
+}
+
 /// Whether `path` is the same file on the node and in the pod of monitor
 /// `pid` (the pod's namespace sees a mount the node made after it was
 /// made only where the node shares it).

@@ -91,13 +91,6 @@ impl SandboxManager {
                 ipc == NamespaceMode::Node,
             )
             .map_err(SandboxError::Invalid)?;
-        if matches!(userns, Userns::Pod { .. }) && crate::shim::client::own_mount_ns() {
-            return Err(SandboxError::Unsupported(
-                "a pod with its own user namespace (hostUsers: false) is not built yet with \
-                 mount_namespace = \"pod\": run it on a node with mount_namespace = \"node\""
-                    .into(),
-            ));
-        }
         let handlers = self.handlers();
         let handler = handlers.get(&runtime_handler)?;
         let oci = handler.oci_request()?;
@@ -486,6 +479,7 @@ impl SandboxManager {
                     image,
                     dir: &dir,
                     userns: pod_userns.as_ref(),
+                    monitor,
                     netns: netns_path.as_deref(),
                     ipcns: ipcns.as_deref(),
                     utsns: utsns.as_deref(),
