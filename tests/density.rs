@@ -195,7 +195,7 @@ async fn two_hundred_pods_are_listed_recovered_and_leave_nothing() {
         l.is_empty().then_some(l)
     });
     assert!(left.is_empty());
-    assert!(common::mounts_under(&p.h.root()).is_empty());
+    assert!(common::mounts_below(&p.h.root()).is_empty());
 }
 
 /// A network namespace of the test's, deleted when dropped.

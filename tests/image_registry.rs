@@ -314,7 +314,7 @@ async fn pull_killed_midway_leaves_no_image_and_completes_later() {
     h.spawn().await;
     assert!(h.list().await.is_empty(), "no partial image after restart");
     assert!(
-        common::mounts_under(&h.root()).is_empty(),
+        common::mounts_below(&h.root()).is_empty(),
         "no apply mounts left"
     );
     assert_eq!(

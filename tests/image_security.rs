@@ -116,7 +116,7 @@ async fn hardlink_out_of_the_image_is_refused_and_nothing_is_kept() {
         .filter(|e| e.file_name() != "chains")
         .collect();
     assert!(snaps.is_empty(), "snapshot dirs left: {snaps:?}");
-    assert!(common::mounts_under(&h.root()).is_empty());
+    assert!(common::mounts_below(&h.root()).is_empty());
 
     // A hardlink to a file that does exist inside the image is fine.
     let ok = Image::new(vec![Layer::new(

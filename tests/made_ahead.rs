@@ -70,11 +70,11 @@ async fn a_spare_becomes_one_pod_and_leaves_with_the_server() {
     assert_eq!(a, first.id, "the pod took the spare's id");
     let pod_ns = run_dir.join("ns").join(&a);
     assert_eq!(
-        ino(&pod_ns.join("net")),
+        ino(&as_pod_sees(&p.h, &a, &pod_ns.join("net"))),
         first.net,
         "and its network namespace"
     );
-    assert_eq!(common::mounts_under(&pod_ns).len(), 3);
+    assert_eq!(mounts_as_pod_sees(&p.h, &a, &pod_ns).len(), 3);
     assert_eq!(
         shim_pid(&run_dir.join("s").join(&a)),
         Some(first.shim),
@@ -99,7 +99,7 @@ async fn a_spare_becomes_one_pod_and_leaves_with_the_server() {
     let b = run(&p.h, c).await.unwrap();
     assert_eq!(b, second.id);
     assert_eq!(shim_pid(&run_dir.join("s").join(&b)), Some(second.shim));
-    let pins = common::mounts_under(&run_dir.join("ns").join(&b));
+    let pins = mounts_as_pod_sees(&p.h, &b, &run_dir.join("ns").join(&b));
     assert_eq!(pins.len(), 1, "only its own IPC namespace: {pins:?}");
     let pause = pause_pid(&status(&p.h, &b).await.unwrap());
     assert_eq!(

@@ -109,7 +109,7 @@ async fn a_pod_that_shares_no_pid_namespace_has_no_pause() {
     assert!(!d.join("run/s").join(&pod).join("youki").join(&pod).exists());
     assert!(!sandbox.join("bundle").exists());
     assert_eq!(
-        common::mounts_under(&sandbox),
+        mounts_as_pod_sees(&p.h, &pod, &sandbox),
         vec![sandbox.join("shm").display().to_string()]
     );
     let shim = shim_pid(&p, &pod);
@@ -270,7 +270,11 @@ async fn a_hostusers_false_pod_needs_no_pause_either() {
     container_userns(&mut c, u());
     security(&mut c).namespace_options.as_mut().unwrap().pid = NamespaceMode::Container as i32;
     let c = create_start(&p.h, &pod, &pc, c).await;
-    let pin = p.h.dir.path().join("run/ns").join(&pod).join("user");
+    let pin = as_pod_sees(
+        &p.h,
+        &pod,
+        &p.h.dir.path().join("run/ns").join(&pod).join("user"),
+    );
     let ino = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&pin).unwrap());
     let seen = exec(
         &p,

@@ -354,7 +354,12 @@ async fn the_store_is_closed_to_the_nodes_users() {
     let id = create_start(&p.h, &pod, &pc, shell(&img, "c", "sleep 3600", &[])).await;
     // Where the image's files are, found as root.
     let root = p.h.root();
-    let rootfs = root.join("containers").join(&id).join("rootfs");
+    // (With each pod's mounts in its monitor's namespace, through its root.)
+    let rootfs = pod::as_pod_sees(
+        &p.h,
+        &pod,
+        &root.join("containers").join(&id).join("rootfs"),
+    );
     let suid_layer = find(&root.join("snapshots"), "s")
         .expect("the layer's dir of the setuid file")
         .join("busybox");
@@ -366,7 +371,7 @@ async fn the_store_is_closed_to_the_nodes_users() {
         (rootfs.join("mem"), "open"),
         (layer.join("open/x"), "write"),
         (
-            root.join("sandboxes").join(&pod).join("shm").join("x"),
+            pod::as_pod_sees(&p.h, &pod, &root.join("sandboxes").join(&pod).join("shm")).join("x"),
             "write",
         ),
         (root.join("snapshots"), "list"),

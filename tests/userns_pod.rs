@@ -65,8 +65,8 @@ async fn a_hostusers_false_pod_runs_in_its_own_user_namespace() {
 }
 
 /// The same with each pod's mounts in its monitor's own namespace: the
-/// pod's user namespace pin stays on the node and is joined through the
-/// monitor's hold on the node's root, its other pins at their own paths.
+/// pod's pins, its user namespace's with the others, are there, and its
+/// processes join them at their own paths.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_hostusers_false_pod_runs_with_its_mounts_in_its_own_namespace() {
     if !common::require_root() {
@@ -151,7 +151,11 @@ async fn own_user_namespace(args: Vec<String>) {
     let h = HOST.to_string();
     assert_eq!(words, ["0", &h, "65536", "0", &h, "65536", "0"], "{out}");
     // One user namespace: the pin, the pause and the exec.
-    let pin = p.h.dir.path().join("run/ns").join(&pod).join("user");
+    let pin = as_pod_sees(
+        &p.h,
+        &pod,
+        &p.h.dir.path().join("run/ns").join(&pod).join("user"),
+    );
     let st = status(&p.h, &pod).await.unwrap();
     let pause = pause_pid(&st);
     assert_eq!(

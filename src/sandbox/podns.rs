@@ -186,11 +186,12 @@ pub fn held_path(f: &File) -> PathBuf {
     PathBuf::from(format!("/proc/{}/fd/{}", std::process::id(), f.as_raw_fd()))
 }
 
-/// Points each namespace path of `spec` that the pod of monitor `pid` does
-/// not see as the node does (one a plugin pinned on the node after the
-/// pod started, or the pod's user namespace, whose pin stays on the node)
-/// at the node's, through the monitor's hold on the node's root: the
-/// runtime joins it from inside the pod's namespace.
+/// Names each namespace path of `spec` as the runtime, inside the pod's
+/// mount namespace, can join it: the pod's own pins (user, network, IPC,
+/// UTS) at their own paths there, not through the monitor's root (which a
+/// process already in the pod's user namespace cannot go through); one
+/// the pod does not see as the node does (a plugin pinned it on the node
+/// after the pod started) through the monitor's hold on the node's root.
 pub fn reach_namespaces(pid: u32, spec: &mut serde_json::Value) {
     let Some(list) = spec
         .pointer_mut("/linux/namespaces")

@@ -107,6 +107,17 @@ pub fn count_files(dir: &Path) -> usize {
     n
 }
 
+/// Mount points strictly below `dir` right now (`dir` itself may be a
+/// mount: with `--mount-namespace pod` the server's root is its own
+/// private bind).
+pub fn mounts_below(dir: &Path) -> Vec<String> {
+    let top = dir.display().to_string();
+    mounts_under(dir)
+        .into_iter()
+        .filter(|m| *m != top)
+        .collect()
+}
+
 /// Mount points under `dir` right now.
 pub fn mounts_under(dir: &Path) -> Vec<String> {
     std::fs::read_to_string("/proc/self/mountinfo")

@@ -416,6 +416,30 @@ pub fn shim_pid(h: &Husk, pod: &str) -> u32 {
         .unwrap()
 }
 
+/// `path` as the processes of `pod` see it: through its monitor's root
+/// when the pod's mounts live in the monitor's own mount namespace
+/// (`--mount-namespace pod`, or `HUSK_TEST_MOUNT_NAMESPACE=pod`), else
+/// the path itself.
+pub fn as_pod_sees(h: &Husk, pod: &str, path: &Path) -> std::path::PathBuf {
+    let mon = shim_pid(h, pod);
+    let ns = |p: &str| std::fs::read_link(format!("/proc/{p}/ns/mnt")).ok();
+    if ns(&mon.to_string()) == ns("self") {
+        return path.to_path_buf();
+    }
+    Path::new(&format!("/proc/{mon}/root")).join(path.strip_prefix("/").unwrap_or(path))
+}
+
+/// The mount points under `dir` as the processes of `pod` see them.
+pub fn mounts_as_pod_sees(h: &Husk, pod: &str, dir: &Path) -> Vec<String> {
+    let mon = shim_pid(h, pod);
+    std::fs::read_to_string(format!("/proc/{mon}/mountinfo"))
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4).map(str::to_string))
+        .filter(|m| Path::new(m).starts_with(dir))
+        .collect()
+}
+
 /// The containers an OCI handler's runtime keeps state of under this
 /// server (`<state>/runtimes/<handler>/`).
 pub fn runtime_state(p: &Pod, handler: &str) -> Vec<String> {
