@@ -20,16 +20,6 @@ fn pod_mode() -> Vec<String> {
     vec!["--mount-namespace".into(), "pod".into()]
 }
 
-/// The mount points under `dir` in the mount namespace of process `pid`.
-fn mounts_of(pid: u32, dir: &Path) -> Vec<String> {
-    std::fs::read_to_string(format!("/proc/{pid}/mountinfo"))
-        .unwrap()
-        .lines()
-        .filter_map(|l| l.split(' ').nth(4).map(str::to_string))
-        .filter(|m| Path::new(m).starts_with(dir))
-        .collect()
-}
-
 /// The node's own mounts under the server's dirs, the spare's pins aside
 /// (a spare's namespaces are made on the node, and handed to the pod that
 /// takes them).

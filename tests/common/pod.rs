@@ -431,8 +431,12 @@ pub fn as_pod_sees(h: &Husk, pod: &str, path: &Path) -> std::path::PathBuf {
 
 /// The mount points under `dir` as the processes of `pod` see them.
 pub fn mounts_as_pod_sees(h: &Husk, pod: &str, dir: &Path) -> Vec<String> {
-    let mon = shim_pid(h, pod);
-    std::fs::read_to_string(format!("/proc/{mon}/mountinfo"))
+    mounts_of(shim_pid(h, pod), dir)
+}
+
+/// The mount points under `dir` in the mount namespace of process `pid`.
+pub fn mounts_of(pid: u32, dir: &Path) -> Vec<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/mountinfo"))
         .unwrap()
         .lines()
         .filter_map(|l| l.split(' ').nth(4).map(str::to_string))

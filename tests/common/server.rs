@@ -102,7 +102,7 @@ impl Husk {
         // A suite run may pin where pods' mounts live; a test that names
         // it keeps its own.
         if let Ok(m) = std::env::var("HUSK_TEST_MOUNT_NAMESPACE") {
-            if !self.extra.iter().any(|a| a == "--mount-namespace") {
+            if !m.is_empty() && !self.extra.iter().any(|a| a == "--mount-namespace") {
                 c.arg("--mount-namespace").arg(m);
             }
         }
