@@ -168,6 +168,24 @@ pub fn adopt(pid: u32, paths: &[PathBuf]) -> io::Result<()> {
     Ok(())
 }
 
+/// Hands the pod's pins to the monitor `pid` ([`adopt`]), a pod user
+/// namespace's with the others: the pod's processes find each at its own
+/// path ([`reach_namespaces`]), the server through the monitor's root, so
+/// the user pin is named so from then on.
+pub fn adopt_pins(
+    pid: u32,
+    pins: &[PathBuf],
+    userns: Option<&mut super::userns::PodUserns>,
+) -> io::Result<()> {
+    let mut paths = pins.to_vec();
+    paths.extend(userns.as_ref().map(|u| u.pin.clone()));
+    adopt(pid, &paths)?;
+    if let Some(u) = userns {
+        u.pin = seen(pid, &u.pin);
+    }
+    Ok(())
+}
+
 /// The network namespace pinned at `pin` (a [`seen`] path or the node's),
 /// held open: a pod's own mount namespace, and the pin in it, go when its
 /// monitor exits, and a CNI DEL running meanwhile still has the namespace

@@ -392,19 +392,9 @@ impl SandboxManager {
             let pid = client::pid(&shim_dir)
                 .and_then(|p| u32::try_from(p).ok())
                 .ok_or_else(|| SandboxError::Shim("the pod's shim is not running".into()))?;
-            // A pod's user namespace pin too: the pod's processes find it
-            // at its own path (`podns::reach_namespaces`), the server
-            // through the monitor's root, as the others.
-            let paths: Vec<PathBuf> = pins
-                .iter()
-                .map(|(_, p)| p.clone())
-                .chain(pod_userns.as_ref().map(|u| u.pin.clone()))
-                .collect();
-            super::podns::adopt(pid, &paths)
+            let paths: Vec<PathBuf> = pins.iter().map(|(_, p)| p.clone()).collect();
+            super::podns::adopt_pins(pid, &paths, pod_userns.as_mut())
                 .map_err(SandboxError::io("hand the pod its namespaces"))?;
-            if let Some(u) = pod_userns.as_mut() {
-                u.pin = super::podns::seen(pid, &u.pin);
-            }
             Some(pid)
         } else {
             None

@@ -71,6 +71,16 @@ pub fn node_root(pid: Option<u32>, path: &Path) -> PathBuf {
     p
 }
 
+/// `path` as the node names it, for the calling monitor: through its hold
+/// on the node's root when it has a mount namespace of its own.
+pub fn node_path(path: &Path) -> PathBuf {
+    if std::env::var_os(MOUNT_NS_ENV).is_some() {
+        node_root(None, path)
+    } else {
+        path.to_path_buf()
+    }
+}
+
 /// Starts `husk shim --dir DIR` from `exe` (the sealed handle of
 /// `sealed.rs`, or a plain path); returns once the monitor is listening.
 /// argv[0] is the path of the binary this process runs, whatever `exe`.

@@ -239,19 +239,12 @@ impl Shim {
                             .into(),
                     )
                 } else {
-                    let max = if req.max_log_line == 0 {
-                        DEFAULT_MAX_LINE
-                    } else {
-                        req.max_log_line as usize
+                    let max = match req.max_log_line {
+                        0 => DEFAULT_MAX_LINE,
+                        n => n as usize,
                     };
                     if !req.log_path.is_empty() {
-                        // The node's log dir as the node sees it, from a
-                        // pod's own mount namespace too.
-                        let at = if std::env::var_os(super::client::MOUNT_NS_ENV).is_some() {
-                            super::client::node_root(None, Path::new(&req.log_path))
-                        } else {
-                            Path::new(&req.log_path).to_path_buf()
-                        };
+                        let at = super::client::node_path(Path::new(&req.log_path));
                         let w = CriLogWriter::open(&at, max)
                             .map_err(|e| (INTERNAL, format!("open log {}: {e}", req.log_path)))?;
                         self.logs.insert(id.to_string(), w);
