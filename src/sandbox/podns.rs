@@ -46,6 +46,7 @@ pub fn keep_private(dirs: &[&Path]) -> io::Result<Vec<PathBuf>> {
     for dir in dirs {
         let dir = std::fs::canonicalize(dir)?;
         if crate::sys::propagates(&dir) != Some(false) {
+            refuse_node_mounts(&dir)?;
             rustix::mount::mount_bind_recursive(&dir, &dir).map_err(|e| {
                 io::Error::other(format!("bind {} onto itself: {e}", dir.display()))
             })?;
@@ -58,6 +59,29 @@ pub fn keep_private(dirs: &[&Path]) -> io::Result<Vec<PathBuf>> {
         out.push(dir);
     }
     Ok(out)
+}
+
+/// Before `dir` is first bound onto itself: a mount below it was made in
+/// the node's namespace, by a pod of a server with `mount_namespace =
+/// "node"` (running, or killed). The recursive bind would copy it, and
+/// the pod's own mount would be hidden beneath the copy, out of reach of
+/// its teardown; so the switch waits for those pods to go.
+fn refuse_node_mounts(dir: &Path) -> io::Result<()> {
+    let below: Vec<PathBuf> = crate::sys::mounts_under(dir)
+        .into_iter()
+        .filter(|m| m != dir)
+        .collect();
+    match below.first() {
+        None => Ok(()),
+        Some(first) => Err(io::Error::other(format!(
+            "{} mounts under {} (the first {}) are in the node's mount namespace: pods made with \
+             mount_namespace = \"node\" still hold them; stop and remove those pods with that \
+             setting before serving with mount_namespace = \"pod\"",
+            below.len(),
+            dir.display(),
+            first.display()
+        ))),
+    }
 }
 
 /// `path` (as the pod's processes name it) as the server reaches it: inside
@@ -384,6 +408,30 @@ mod tests {
         for m in crate::sys::mounts_under(&n) {
             let _ = unmount(&m, UnmountFlags::DETACH);
         }
+    }
+
+    #[test]
+    fn a_dir_with_node_mounts_below_is_not_bound() {
+        use rustix::mount::{mount, unmount, MountFlags, UnmountFlags};
+        if !rustix::process::geteuid().is_root() {
+            eprintln!("skipped: needs root");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().canonicalize().unwrap();
+        let pin = d.join("pods/p1/shm");
+        std::fs::create_dir_all(&pin).unwrap();
+        mount("t", &pin, "tmpfs", MountFlags::empty(), c"").unwrap();
+        let e = keep_private(&[&d]).unwrap_err().to_string();
+        assert!(
+            e.contains("1 mounts under") && e.contains(pin.to_str().unwrap()),
+            "{e}"
+        );
+        // Nothing bound: the pod's mount is the only one there.
+        assert_eq!(crate::sys::mounts_under(&d), vec![pin.clone()]);
+        unmount(&pin, UnmountFlags::empty()).unwrap();
+        assert_eq!(keep_private(&[&d]).unwrap(), vec![d.clone()]);
+        unmount(&d, UnmountFlags::DETACH).unwrap();
     }
 
     #[test]

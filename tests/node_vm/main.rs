@@ -115,10 +115,11 @@ fn cgroup_v2_node() {
     };
     let exe = std::env::current_exe().unwrap();
     let script = format!(
-        "{} && {GUEST_TMP_SETUP} && export HUSK_NODE_VM=1 RUST_BACKTRACE=1 && \
+        "{} && {GUEST_TMP_SETUP} && export HUSK_NODE_VM=1 RUST_BACKTRACE=1{} && \
          cat /proc/self/cgroup /proc/version && \
          {} --ignored --test-threads=1 ::guest_",
         show_binaries(&exe),
+        suite_env(),
         exe.display()
     );
     let o = common::vm::run(
@@ -129,6 +130,20 @@ fn cgroup_v2_node() {
         GUEST_DEADLINE,
     );
     judge(&kernel, &o, o.output.contains("0::/\n"), &GUEST_TESTS);
+}
+
+/// The suite's own settings of this run, passed on to the guest's tests
+/// (` NAME=value` words for its `export`): where pods' mounts live
+/// (`HUSK_TEST_MOUNT_NAMESPACE`, `common::server`).
+fn suite_env() -> String {
+    ["HUSK_TEST_MOUNT_NAMESPACE"]
+        .iter()
+        .filter_map(|k| {
+            let v = std::env::var(k).ok()?;
+            let ok = v.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            (ok && !v.is_empty()).then(|| format!(" {k}={v}"))
+        })
+        .collect()
 }
 
 /// The guest tests' scratch dir: a tmpfs of their own (the guest's /tmp
@@ -224,7 +239,7 @@ fn systemd_node() {
     let deb = deb.display();
     let exe = std::env::current_exe().unwrap();
     let script = format!(
-        "{GUEST_TMP_SETUP} && export HUSK_NODE_VM=1 RUST_BACKTRACE=1 HUSK_DEB={deb} && \
+        "{GUEST_TMP_SETUP} && export HUSK_NODE_VM=1 RUST_BACKTRACE=1 HUSK_DEB={deb}{env} && \
          cat /proc/1/comm /proc/self/cgroup && \
          timeout 180 systemctl is-system-running --wait; \
          HUSK_TEST_CGROUP_DRIVER=cgroupfs {exe} --ignored --test-threads=1 {}",
@@ -234,6 +249,7 @@ fn systemd_node() {
         std::env::var("HUSK_VM_TESTS")
             .unwrap_or_else(|_| format!("in_systemd_vm_ {}", SYSTEMD_NODE_CGROUPFS)),
         exe = exe.display(),
+        env = suite_env(),
     );
     let o = common::vm::run_systemd(
         &kernel,
