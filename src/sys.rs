@@ -77,6 +77,48 @@ fn propagates_in(point: &Path, mountinfo: &str) -> Option<bool> {
     })
 }
 
+/// Whether the topmost mount at `dir` (absolute, canonical) is a bind of
+/// `dir` onto itself: of the same file system as the mount beneath it, and
+/// of the same directory of it (as `podns::keep_private` binds the
+/// server's root and state), not a file system of its own mounted there.
+pub fn bound_onto_itself(dir: &Path) -> bool {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .map(|t| bound_onto_itself_in(dir, &t))
+        .unwrap_or(false)
+}
+
+fn bound_onto_itself_in(dir: &Path, mountinfo: &str) -> bool {
+    // (id, parent, device, root, point)
+    let mounts: Vec<(&str, &str, &str, PathBuf, PathBuf)> = mountinfo
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.splitn(6, ' ').collect();
+            Some((
+                *f.first()?,
+                *f.get(1)?,
+                *f.get(2)?,
+                PathBuf::from(unescape(f.get(3)?)),
+                PathBuf::from(unescape(f.get(4)?)),
+            ))
+        })
+        .collect();
+    let Some(top) = mounts.iter().rev().find(|m| m.4 == dir) else {
+        return false;
+    };
+    let Some(under) = mounts.iter().find(|m| m.0 == top.1) else {
+        return false;
+    };
+    let Ok(rel) = dir.strip_prefix(&under.4) else {
+        return false;
+    };
+    let same_dir = if rel.as_os_str().is_empty() {
+        under.3.clone()
+    } else {
+        under.3.join(rel)
+    };
+    top.2 == under.2 && top.3 == same_dir
+}
+
 /// Mount points at `dir` or below it, at most `depth` levels down, deepest
 /// first, found without reading the mount table: on a node of a thousand
 /// pods `/proc/self/mountinfo` has thousands of lines, and reading it per
@@ -383,6 +425,33 @@ pub fn openat2<Fd: std::os::fd::AsFd, P: rustix::path::Arg + Copy>(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_dir_bound_onto_itself_is_told_from_a_file_system_mounted_there() {
+        let table = "\
+21 1 8:1 / / rw shared:1 - ext4 /dev/sda1 rw
+30 21 8:1 /var/lib/husk /var/lib/husk rw - ext4 /dev/sda1 rw
+31 21 0:40 / /run rw shared:5 - tmpfs tmpfs rw
+32 31 0:40 /husk /run/husk rw - tmpfs tmpfs rw
+40 21 8:17 / /srv/disk rw - ext4 /dev/sdb1 rw
+41 40 8:17 / /srv/disk rw - ext4 /dev/sdb1 rw
+42 21 8:1 /elsewhere /srv/other rw - ext4 /dev/sda1 rw
+43 21 8:1 /with\\040space /with\\040space rw - ext4 /dev/sda1 rw
+";
+        let b = |d: &str| super::bound_onto_itself_in(std::path::Path::new(d), table);
+        assert!(b("/var/lib/husk"));
+        assert!(b("/run/husk"));
+        // A disk at a dir, and that disk's dir bound onto itself.
+        assert!(b("/srv/disk"));
+        assert!(!super::bound_onto_itself_in(
+            std::path::Path::new("/srv/disk"),
+            "21 1 8:1 / / rw - ext4 /dev/sda1 rw\n40 21 8:17 / /srv/disk rw - ext4 /dev/sdb1 rw\n"
+        ));
+        // Another dir of the same file system bound there; no mount at all.
+        assert!(!b("/srv/other"));
+        assert!(!b("/var/lib/none"));
+        assert!(b("/with space"));
+    }
+
     use super::*;
 
     #[test]

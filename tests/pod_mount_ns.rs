@@ -311,3 +311,65 @@ impl Drop for Undo {
             .status();
     }
 }
+
+/// A node switched from `"node"` to `"pod"` while a pod made in the node's
+/// namespace still holds its mounts (its server killed): the new server
+/// refuses to start, naming them, and binds nothing over them; served
+/// with the old setting again, the pod is removed; then `"pod"` starts,
+/// and nothing is left.
+#[tokio::test(flavor = "multi_thread")]
+async fn switching_to_pod_mode_waits_for_the_node_namespaces_pods() {
+    if !common::require_root() {
+        return;
+    }
+    let node_mode: Vec<String> = vec!["--mount-namespace".into(), "node".into()];
+    let mut p = setup_with(vec![], "/usr/lib/cni", node_mode.clone()).await;
+    let pod = run(&p.h, p.config("pmn-switch")).await.unwrap();
+    p.h.kill9();
+    let before = common::mounts_under(p.h.dir.path());
+    assert!(!before.is_empty());
+
+    p.h.extra = pod_mode();
+    let mut c = p.h.command();
+    let mut child = c
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("husk serve in pod mode started over the node's pods");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(!status.success(), "{err}");
+    assert!(
+        err.contains("are in the node's mount namespace")
+            && err.contains(&p.h.dir.path().display().to_string()),
+        "{err}"
+    );
+    // Nothing bound over them: the same mounts, none at root or state.
+    assert_eq!(common::mounts_under(p.h.dir.path()), before);
+
+    p.h.extra = node_mode;
+    p.h.spawn().await;
+    stop_remove_pod(&p.h, &pod).await;
+    assert!(p.h.terminate().success());
+    p.h.extra = pod_mode();
+    p.h.spawn().await;
+    let again = run(&p.h, p.config("pmn-switch")).await.unwrap();
+    assert_eq!(node_mounts(&p), Vec::<String>::new());
+    stop_remove_pod(&p.h, &again).await;
+    assert_eq!(leftovers(&p), Vec::<String>::new());
+    // A clean stop leaves no mount of the server's on the node, its root's
+    // and state's binds onto themselves included.
+    assert!(p.h.terminate().success());
+    assert_eq!(common::mounts_under(p.h.dir.path()), Vec::<String>::new());
+}

@@ -61,6 +61,29 @@ pub fn keep_private(dirs: &[&Path]) -> io::Result<Vec<PathBuf>> {
     Ok(out)
 }
 
+/// Whether this kernel and these dirs let pods keep their mounts in their
+/// own namespaces, as `husk check` asks before a server starts: the
+/// kernel has `open_tree` (Linux 5.2), and [`keep_private`] would not
+/// refuse `dirs` (each private already, made yet or not, or with no mount
+/// below it).
+pub fn can_keep_pods_mounts(dirs: &[&Path]) -> io::Result<()> {
+    rustix::mount::open_tree(
+        rustix::fs::CWD,
+        "/",
+        rustix::mount::OpenTreeFlags::OPEN_TREE_CLOEXEC,
+    )
+    .map_err(|e| io::Error::other(format!("open_tree (Linux 5.2) fails: {e}")))?;
+    for dir in dirs {
+        let Ok(dir) = std::fs::canonicalize(dir) else {
+            continue;
+        };
+        if crate::sys::propagates(&dir) != Some(false) {
+            refuse_node_mounts(&dir)?;
+        }
+    }
+    Ok(())
+}
+
 /// Before `dir` is first bound onto itself: a mount below it was made in
 /// the node's namespace, by a pod of a server with `mount_namespace =
 /// "node"` (running, or killed). The recursive bind would copy it, and
@@ -74,13 +97,30 @@ fn refuse_node_mounts(dir: &Path) -> io::Result<()> {
     match below.first() {
         None => Ok(()),
         Some(first) => Err(io::Error::other(format!(
-            "{} mounts under {} (the first {}) are in the node's mount namespace: pods made with \
-             mount_namespace = \"node\" still hold them; stop and remove those pods with that \
-             setting before serving with mount_namespace = \"pod\"",
+            "{} mounts under {} (the first {}) are in the node's mount namespace, held by pods \
+             (or the one made ahead) of a server with mount_namespace = \"node\": serve with \
+             that setting, stop and remove those pods, and stop the server, before serving with \
+             mount_namespace = \"pod\"",
             below.len(),
             dir.display(),
             first.display()
         ))),
+    }
+}
+
+/// At a clean stop: each of `dirs` (the server's root and state) that is
+/// bound onto itself, by [`keep_private`] (this server's or a killed
+/// one's), is unmounted, so that husk leaves no mount on the node once it
+/// stops, and a package's purge can remove the dirs. The pods left running
+/// keep their own copies, private; the next server binds again.
+pub fn release_private(dirs: &[PathBuf]) {
+    for dir in dirs {
+        if !crate::sys::bound_onto_itself(dir) {
+            continue;
+        }
+        if let Err(e) = rustix::mount::unmount(dir, rustix::mount::UnmountFlags::DETACH) {
+            tracing::warn!(dir = %dir.display(), error = %e, "unmount the server's private bind");
+        }
     }
 }
 
@@ -366,6 +406,8 @@ mod tests {
         std::fs::create_dir_all(&vol).unwrap();
         assert_eq!(keep_private(&[&dir]).unwrap(), vec![dir.clone()]);
         assert_eq!(crate::sys::propagates(&dir), Some(false));
+        assert!(crate::sys::bound_onto_itself(&dir));
+        assert!(!crate::sys::bound_onto_itself(&n));
         // Again: nothing more is bound.
         keep_private(&[&dir]).unwrap();
         assert_eq!(crate::sys::mounts_under(&dir), vec![dir.clone()]);
@@ -427,11 +469,21 @@ mod tests {
             e.contains("1 mounts under") && e.contains(pin.to_str().unwrap()),
             "{e}"
         );
+        assert_eq!(can_keep_pods_mounts(&[&d]).unwrap_err().to_string(), e);
         // Nothing bound: the pod's mount is the only one there.
         assert_eq!(crate::sys::mounts_under(&d), vec![pin.clone()]);
         unmount(&pin, UnmountFlags::empty()).unwrap();
+        can_keep_pods_mounts(&[&d, &d.join("not-made-yet")]).unwrap();
         assert_eq!(keep_private(&[&d]).unwrap(), vec![d.clone()]);
-        unmount(&d, UnmountFlags::DETACH).unwrap();
+        // Private now: a mount below it (a pod's, on its way to the pod)
+        // is no reason to refuse.
+        mount("t", &pin, "tmpfs", MountFlags::empty(), c"").unwrap();
+        can_keep_pods_mounts(&[&d]).unwrap();
+        unmount(&pin, UnmountFlags::empty()).unwrap();
+        // At the server's stop the bind goes, and only it.
+        release_private(std::slice::from_ref(&d));
+        assert_eq!(crate::sys::mounts_under(&d), Vec::<PathBuf>::new());
+        release_private(std::slice::from_ref(&d));
     }
 
     #[test]

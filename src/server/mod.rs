@@ -271,6 +271,9 @@ pub async fn serve(cfg: Config, reload: Option<reload::Reloader>) -> anyhow::Res
     if let Ok(sandboxes) = state.sandboxes() {
         sandboxes.close();
     }
+    if let Some(dirs) = &own_ns_dirs {
+        crate::sandbox::podns::release_private(dirs);
+    }
     crate::otel::stop().await;
     result.context("grpc server")?;
     if let Some(e) = failure.lock().unwrap_or_else(|p| p.into_inner()).take() {

@@ -17,7 +17,7 @@ mod node;
 
 use crate::cgroup::{Driver, Layout};
 use crate::config::Config;
-use node::{apparmor, cgroup_driver, cgroups, seccomp, user_namespaces};
+use node::{apparmor, cgroup_driver, cgroups, mount_namespace, seccomp, user_namespaces};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
@@ -60,6 +60,10 @@ pub async fn run_all(cfg: &Config) -> Vec<Check> {
     ));
     out.push(sys_resource());
     out.push(root_fs(&cfg.root));
+    out.push(mount_namespace(
+        &cfg.mount_namespace,
+        &[&cfg.root, &cfg.state],
+    ));
     out.extend(cni(&cfg.cni.conf_dir, &cfg.cni.bin_dirs));
     out.push(sandbox_image(cfg).await);
     out.push(socket(&cfg.listen).await);

@@ -167,6 +167,39 @@ pub(super) fn user_namespaces(s: &crate::idmap::Support, reach: Result<(), Strin
     }
 }
 
+/// Where pods' mounts live (`mount_namespace`) and, for "pod", whether
+/// the server can keep them there with its `dirs` (root and state).
+pub(super) fn mount_namespace(mode: &str, dirs: &[&std::path::Path]) -> Check {
+    mount_namespace_with(mode, || crate::sandbox::podns::can_keep_pods_mounts(dirs))
+}
+
+/// [`mount_namespace`], `can` asked only for "pod".
+fn mount_namespace_with(mode: &str, can: impl FnOnce() -> std::io::Result<()>) -> Check {
+    let name = "mount namespace";
+    if mode != "pod" {
+        return check(
+            name,
+            Level::Ok,
+            format!("{mode:?}: each pod's mounts (5 a pod) are in the node's mount table"),
+            "",
+        );
+    }
+    match can() {
+        Ok(()) => check(
+            name,
+            Level::Ok,
+            "\"pod\": each pod's mounts live in its monitor's own mount namespace; root and state are (or will be) private mounts",
+            "",
+        ),
+        Err(e) => check(
+            name,
+            Level::Fail,
+            format!("\"pod\": husk serve will not start: {e}"),
+            "set mount_namespace = \"node\" until those pods are gone, or run Linux 5.2 or later",
+        ),
+    }
+}
+
 /// "present", and on v2 whether the root delegates it to the cgroups
 /// below (`cgroup.subtree_control`); husk enables it on the way down when
 /// it does not, and a parent with processes of its own would refuse.
@@ -230,6 +263,20 @@ pub(super) fn apparmor() -> Check {
 mod tests {
     use super::super::worst;
     use super::*;
+
+    #[test]
+    fn pod_mode_is_checked_only_when_asked_for_and_a_refusal_fails() {
+        let never = || -> std::io::Result<()> { panic!("asked in node mode") };
+        assert_eq!(mount_namespace_with("node", never).status, Level::Ok);
+        assert_eq!(mount_namespace_with("pod", || Ok(())).status, Level::Ok);
+        let c = mount_namespace_with("pod", || Err(std::io::Error::other("2 mounts under /r")));
+        assert_eq!(c.status, Level::Fail);
+        assert!(
+            c.message.contains("will not start: 2 mounts under /r"),
+            "{}",
+            c.message
+        );
+    }
 
     #[test]
     fn a_hybrid_host_without_hugetlb_warns_and_without_memory_fails() {
