@@ -11,10 +11,10 @@
 //! pod. A runtime that fails a pod, or takes longer than the pod timeout,
 //! stops its fill there: the report says where and why.
 
+pub use super::density_report::{report, Checkpoint, DensityResult};
 use super::sandbox::{pod_config, IDLE};
 use super::{procs, summarize, Summary, Target};
 use crate::api::cri::*;
-use serde::Serialize;
 use std::collections::HashMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -38,48 +38,6 @@ pub struct DensityArgs {
     /// each checkpoint.
     pub metrics: Option<String>,
     pub json: bool,
-}
-
-/// The figures at one checkpoint.
-#[derive(Debug, Clone, Serialize)]
-pub struct Checkpoint {
-    pub pods: usize,
-    /// RunPodSandbox + CreateContainer + StartContainer of the last pods
-    /// before this checkpoint (at most 50).
-    pub start: Summary,
-    pub list_sandboxes: Summary,
-    pub list_containers: Summary,
-    /// None: the runtime does not answer the call.
-    pub container_stats: Option<Summary>,
-    pub sandbox_stats: Option<Summary>,
-    /// A `GET /metrics` of the runtime's Prometheus endpoint, if given.
-    pub metrics_scrape: Option<Summary>,
-    /// Server and monitors, proportional set size.
-    pub pss_mb: f64,
-    /// (PSS − PSS before the first pod) / pods.
-    pub per_pod_mb: f64,
-    pub server_rss_mb: f64,
-    pub servers: usize,
-    pub monitors: usize,
-    pub threads: u64,
-}
-
-/// One runtime's density run.
-#[derive(Debug, Serialize)]
-pub struct DensityResult {
-    pub runtime: String,
-    pub idle_pss_mb: f64,
-    pub checkpoints: Vec<Checkpoint>,
-    /// Pods running when the fill ended.
-    pub reached: usize,
-    /// Why the fill stopped before N, if it did.
-    pub stopped: Option<String>,
-    /// Seconds from the restart command's exit until every pod was listed
-    /// ready, with its IP, and its container running.
-    pub recovery_s: Option<f64>,
-    pub recovery_error: Option<String>,
-    pub remove_all_s: f64,
-    pub remove_failures: usize,
 }
 
 /// Pods whose start times each checkpoint summarizes.
@@ -148,7 +106,14 @@ async fn fill_and_drain(
     let mut starts: Vec<Duration> = Vec::with_capacity(a.pods);
     let mut marks = Vec::new();
     let mut stopped = None;
+    // The CNI ADD totals where each checkpoint's window of starts begins.
+    let mut adds_from = HashMap::new();
     for i in 0..a.pods {
+        if let Some(addr) = metrics {
+            if checkpoints.iter().any(|c| c.saturating_sub(WINDOW) == i) {
+                adds_from.insert(i, super::cni_share::read(addr).await);
+            }
+        }
         let sc = pod_config(&format!("d{k}"), i, &t.cgroup_parent);
         // The kubelet makes a pod's log directory and its containers' (CRI-O
         // refuses a container whose log directory is missing).
@@ -177,12 +142,21 @@ async fn fill_and_drain(
         }
         if checkpoints.contains(&(i + 1)) {
             let from = starts.len().saturating_sub(WINDOW);
-            let m = measure(t, &starts[from..], idle_pss, metrics).await;
+            let mut m = measure(t, &starts[from..], idle_pss, metrics).await;
+            if let Some(addr) = metrics {
+                let before = adds_from
+                    .get(&(i + 1).saturating_sub(WINDOW))
+                    .copied()
+                    .flatten();
+                let after = super::cni_share::read(addr).await;
+                m.own_share_ms = super::cni_share::own_share_ms(&starts[from..], before, after);
+            }
             eprintln!(
-                "density: {} at {} pods: start p50 {:.1} ms, lists {:.1}/{:.1} ms, {:.2} MB a pod",
+                "density: {} at {} pods: start p50 {:.1} ms (less CNI {}), lists {:.1}/{:.1} ms, {:.2} MB a pod",
                 t.name,
                 m.pods,
                 m.start.p50_ms,
+                m.own_share_ms.map_or("-".into(), |s| format!("{s:.1} ms")),
                 m.list_sandboxes.p50_ms,
                 m.list_containers.p50_ms,
                 m.per_pod_mb
@@ -312,6 +286,7 @@ async fn measure(
         container_stats,
         sandbox_stats,
         metrics_scrape,
+        own_share_ms: None,
         pss_mb: pss as f64 / 1e6,
         per_pod_mb: (pss as f64 - idle_pss) / pods.max(1) as f64 / 1e6,
         server_rss_mb: servers.iter().map(|p| procs::rss_bytes(*p)).sum::<u64>() as f64 / 1e6,
@@ -460,123 +435,4 @@ async fn remove_all(t: &Target, pods: &[String], parallel: usize) -> usize {
         failed += task.await.unwrap_or(chunk);
     }
     failed
-}
-
-fn opt_ms(s: &Option<Summary>) -> String {
-    s.as_ref()
-        .map(|s| format!("{:.1}", s.p50_ms))
-        .unwrap_or_else(|| "-".into())
-}
-
-/// The table: one row per runtime and checkpoint, then each runtime's
-/// end (where it stopped, recovery, removal).
-pub fn report(results: &[DensityResult]) -> String {
-    let mut out = String::new();
-    out.push_str(&format!(
-        "{:<30} {:>5} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>9} {:>6} {:>7}\n",
-        "runtime",
-        "pods",
-        "start p50",
-        "vs first",
-        "lsPods",
-        "lsCtrs",
-        "ctrStats",
-        "podStats",
-        "metrics",
-        "PSS MB",
-        "MB/pod",
-        "srv RSS",
-        "procs",
-        "threads"
-    ));
-    for r in results {
-        let first = r.checkpoints.first().map(|c| c.start.p50_ms);
-        for c in &r.checkpoints {
-            out.push_str(&format!(
-                "{:<30} {:>5} {:>9.1} {:>8.2}x {:>9.1} {:>9.1} {:>9} {:>9} {:>8} {:>8.1} {:>8.2} {:>9.1} {:>6} {:>7}\n",
-                r.runtime,
-                c.pods,
-                c.start.p50_ms,
-                super::ratio(c.start.p50_ms, first.unwrap_or(c.start.p50_ms)),
-                c.list_sandboxes.p50_ms,
-                c.list_containers.p50_ms,
-                opt_ms(&c.container_stats),
-                opt_ms(&c.sandbox_stats),
-                opt_ms(&c.metrics_scrape),
-                c.pss_mb,
-                c.per_pod_mb,
-                c.server_rss_mb,
-                c.servers + c.monitors,
-                c.threads
-            ));
-        }
-    }
-    out.push_str("(times in ms, p50; procs: the server and its monitors)\n");
-    for r in results {
-        out.push_str(&format!("{}: reached {} pods", r.runtime, r.reached));
-        if let Some(s) = &r.stopped {
-            out.push_str(&format!(", stopped: {s}"));
-        }
-        if let Some(s) = r.recovery_s {
-            out.push_str(&format!(", recovered after kill -9 in {s:.1} s"));
-        }
-        if let Some(e) = &r.recovery_error {
-            out.push_str(&format!(", recovery failed: {e}"));
-        }
-        out.push_str(&format!(
-            ", stop+remove of all in {:.1} s ({} failed)\n",
-            r.remove_all_s, r.remove_failures
-        ));
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn point(pods: usize, start: f64) -> Checkpoint {
-        let s = |ms: f64| Summary {
-            n: 1,
-            p50_ms: ms,
-            p90_ms: ms,
-            p99_ms: ms,
-        };
-        Checkpoint {
-            pods,
-            start: s(start),
-            list_sandboxes: s(1.0),
-            list_containers: s(2.0),
-            container_stats: Some(s(3.0)),
-            sandbox_stats: None,
-            metrics_scrape: None,
-            pss_mb: 10.0,
-            per_pod_mb: 0.2,
-            server_rss_mb: 8.0,
-            servers: 1,
-            monitors: pods,
-            threads: 3,
-        }
-    }
-
-    #[test]
-    fn the_report_compares_each_start_with_the_first_and_says_where_a_runtime_stopped() {
-        let r = DensityResult {
-            runtime: "peer 1".into(),
-            idle_pss_mb: 5.0,
-            checkpoints: vec![point(50, 100.0), point(100, 150.0)],
-            reached: 120,
-            stopped: Some("pod 121: exchange full".into()),
-            recovery_s: None,
-            recovery_error: None,
-            remove_all_s: 3.0,
-            remove_failures: 0,
-        };
-        let text = report(&[r]);
-        assert!(text.contains("1.50x"), "{text}");
-        assert!(text.contains("reached 120 pods, stopped: pod 121: exchange full"));
-        assert!(text
-            .lines()
-            .any(|l| l.contains(" 100 ") && l.contains(" - ")));
-    }
 }

@@ -6,8 +6,10 @@
 
 pub mod breakdown;
 pub mod cli;
+pub mod cni_share;
 pub mod container;
 pub mod density;
+pub mod density_report;
 pub mod exec;
 pub mod pod_startup;
 pub mod procs;
