@@ -8,7 +8,7 @@
 # containerd 2.3.4 and CRI-O), else Debian's containerd 1.6 started here;
 # DENSITY_VS=none: husk alone.
 # PODS (default 1000), CHECKPOINTS (default 50,100,250,500), BENCH_JSON=1,
-# MOUNT_NAMESPACE (node or pod: husk's mount_namespace, default node).
+# MOUNT_NAMESPACE (node or pod: husk's mount_namespace, default pod).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
@@ -47,7 +47,7 @@ cat >"$work/serve.sh" <<SH
 exec "$husk" serve --root "$work/husk/root" --state "$work/husk/run" --listen "$work/husk/husk.sock" \\
   --registry-config-dir "$work/certs.d" --cni-conf-dir "$work/net.d" --cni-bin-dir /usr/lib/cni \\
   --sandbox-image "$pause" --metrics-address "$metrics" --log-level ${HUSK_LOG:-warn} \\
-  --mount-namespace ${MOUNT_NAMESPACE:-node} 2>>"$work/husk.log"
+  --mount-namespace ${MOUNT_NAMESPACE:-pod} 2>>"$work/husk.log"
 SH
 cat >"$work/restart.sh" <<SH
 #!/bin/sh

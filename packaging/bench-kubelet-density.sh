@@ -11,7 +11,7 @@
 # kubelet_pleg_relist_duration_seconds and any "PLEG is not healthy"); the
 # server's and monitors' memory; then the manifests are removed, the drain
 # timed, and what is left counted (sandboxes, shims, mounts, veths).
-# MOUNT_NAMESPACE: husk serve's mount_namespace (node, the default, or pod).
+# MOUNT_NAMESPACE: husk serve's mount_namespace (pod, the default, or node).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
@@ -63,7 +63,7 @@ write_conflist "$work/net.d" "$bridge" "$subnet" "$work/ipam"
 "$husk" serve --root "$work/husk/root" --state "$work/husk/run" --listen "$work/husk/husk.sock" \
   --registry-config-dir "$work/certs.d" --cni-conf-dir "$work/net.d" --cni-bin-dir /usr/lib/cni \
   --sandbox-image "$pause" --metrics-address "$metrics" --log-level warn \
-  --mount-namespace "${MOUNT_NAMESPACE:-node}" 2>>"$work/husk.log" &
+  --mount-namespace "${MOUNT_NAMESPACE:-pod}" 2>>"$work/husk.log" &
 echo $! >"$work/husk.pid"
 wait_socket "$work/husk/husk.sock"
 endpoint="unix://$work/husk/husk.sock"

@@ -149,7 +149,7 @@ impl Default for Config {
             log_level: "info".into(),
             log_format: "text".into(),
             sandbox_image: "registry.k8s.io/pause:3.10".into(),
-            mount_namespace: "node".into(),
+            mount_namespace: "pod".into(),
             registry: RegistryConfig::default(),
             cni: CniConfig::default(),
             cgroup: CgroupConfig::default(),

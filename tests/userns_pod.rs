@@ -61,7 +61,8 @@ async fn a_hostusers_false_pod_runs_in_its_own_user_namespace() {
     if !common::require_root() {
         return;
     }
-    own_user_namespace(vec![]).await;
+    // Where the pods' mounts live is named: the node's namespace here.
+    own_user_namespace(vec!["--mount-namespace".into(), "node".into()]).await;
 }
 
 /// The same with each pod's mounts in its monitor's own namespace: the

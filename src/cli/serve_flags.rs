@@ -44,7 +44,7 @@ pub struct ServeFlags {
     #[arg(long)]
     pub sandbox_image: Option<String>,
     /// node|pod: where a pod's mounts live, the node's mount namespace or
-    /// its monitor's own [default: node].
+    /// its monitor's own [default: pod].
     #[arg(long)]
     pub mount_namespace: Option<String>,
     /// auto|systemd|cgroupfs: who makes pod cgroups; must match the
