@@ -241,7 +241,9 @@ for d in "$work"/husk/run/ns/*; do
   [ -e "$d" ] && [ ! -d "$work/husk/root/sandboxes/${d##*/}" ] && echo "${d##*/}"
 done >"$work/spares"
 shims=$(pgrep -af "shim --dir $work/husk" | grep -v -F -f "$work/spares" | wc -l || true)
-mounts=$(grep -F "$work/husk" /proc/self/mountinfo | grep -v -F -f "$work/spares" | wc -l || true)
+# So are its root and state, each bound onto itself in pod mode (podns).
+mounts=$(awk '{print $5}' /proc/self/mountinfo | grep -F "$work/husk" |
+  grep -v -x -F -e "$work/husk/root" -e "$work/husk/run" | grep -v -F -f "$work/spares" | wc -l || true)
 veths=$(ip -o link show master "$bridge" 2>/dev/null | wc -l)
 echo "left: sandboxes $left, monitors $shims, mounts $mounts, veths $veths (besides $(wc -l <"$work/spares") spare)"
 [ "$left" -eq 0 ] && [ "$shims" -eq 0 ] && [ "$mounts" -eq 0 ] && [ "$veths" -eq 0 ]

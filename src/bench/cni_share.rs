@@ -31,7 +31,8 @@ pub fn parse(text: &str) -> Option<AddTotals> {
     })
 }
 
-/// The totals a `GET /metrics` of `addr` reports now.
+/// The totals a `GET /metrics` of `addr` reports now (zero before the
+/// first ADD); None if it does not answer.
 pub async fn read(addr: &str) -> Option<AddTotals> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
@@ -40,7 +41,14 @@ pub async fn read(addr: &str) -> Option<AddTotals> {
         .ok()?;
     let mut out = Vec::new();
     s.read_to_end(&mut out).await.ok()?;
-    parse(&String::from_utf8_lossy(&out))
+    let text = String::from_utf8_lossy(&out);
+    // Before the first ADD the histogram has no series yet: none so far.
+    let none_yet = AddTotals {
+        seconds: 0.0,
+        count: 0.0,
+    };
+    text.starts_with("HTTP/1.1 200")
+        .then(|| parse(&text).unwrap_or(none_yet))
 }
 
 /// The mean of `starts` less the mean CNI ADD between `before` and

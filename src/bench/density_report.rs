@@ -81,7 +81,8 @@ pub fn report(results: &[DensityResult]) -> String {
     ));
     for r in results {
         let first = r.checkpoints.first().map(|c| c.start.p50_ms);
-        let first_own = r.checkpoints.first().and_then(|c| c.own_share_ms);
+        // The first checkpoint that has a share.
+        let first_own = r.checkpoints.iter().find_map(|c| c.own_share_ms);
         for c in &r.checkpoints {
             let (own, own_vs) = match (c.own_share_ms, first_own) {
                 (Some(o), Some(f)) => (format!("{o:.1}"), format!("{:.2}x", super::ratio(o, f))),
@@ -179,5 +180,39 @@ mod tests {
         assert!(text
             .lines()
             .any(|l| l.contains(" 100 ") && l.contains(" - ")));
+    }
+
+    #[test]
+    fn the_runtimes_share_is_compared_with_the_first_checkpoint_that_has_one() {
+        let with = |pods, own| Checkpoint {
+            own_share_ms: own,
+            ..point(pods, 100.0)
+        };
+        let r = DensityResult {
+            runtime: "husk".into(),
+            idle_pss_mb: 5.0,
+            checkpoints: vec![with(50, None), with(100, Some(40.0)), with(250, Some(50.0))],
+            reached: 250,
+            stopped: None,
+            recovery_s: None,
+            recovery_error: None,
+            remove_all_s: 3.0,
+            remove_failures: 0,
+        };
+        let text = report(&[r]);
+        let row = |pods: &str| {
+            text.lines()
+                .find(|l| l.split_whitespace().nth(1) == Some(pods))
+                .unwrap_or_default()
+                .to_string()
+        };
+        assert!(
+            row("100").contains("40.0") && row("100").contains("1.00x"),
+            "{text}"
+        );
+        assert!(
+            row("250").contains("50.0") && row("250").contains("1.25x"),
+            "{text}"
+        );
     }
 }
