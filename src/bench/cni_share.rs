@@ -31,9 +31,8 @@ pub fn parse(text: &str) -> Option<AddTotals> {
     })
 }
 
-/// The totals a `GET /metrics` of `addr` reports now (zero before the
-/// first ADD); None if it does not answer.
-pub async fn read(addr: &str) -> Option<AddTotals> {
+/// A plain `GET /metrics` of `addr`: the response, when it is a 200.
+pub async fn get_metrics(addr: &str) -> Option<Vec<u8>> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
     s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
@@ -41,14 +40,18 @@ pub async fn read(addr: &str) -> Option<AddTotals> {
         .ok()?;
     let mut out = Vec::new();
     s.read_to_end(&mut out).await.ok()?;
-    let text = String::from_utf8_lossy(&out);
-    // Before the first ADD the histogram has no series yet: none so far.
-    let none_yet = AddTotals {
+    out.starts_with(b"HTTP/1.1 200").then_some(out)
+}
+
+/// The totals a `GET /metrics` of `addr` reports now (zero before the
+/// first ADD, when the histogram has no series yet); None if it does not
+/// answer.
+pub async fn read(addr: &str) -> Option<AddTotals> {
+    let out = get_metrics(addr).await?;
+    Some(parse(&String::from_utf8_lossy(&out)).unwrap_or(AddTotals {
         seconds: 0.0,
         count: 0.0,
-    };
-    text.starts_with("HTTP/1.1 200")
-        .then(|| parse(&text).unwrap_or(none_yet))
+    }))
 }
 
 /// The mean of `starts` less the mean CNI ADD between `before` and

@@ -207,19 +207,10 @@ where
 
 /// Times `n` plain `GET /metrics` of `addr`; None if one fails.
 async fn scrape(addr: &str, n: usize) -> Option<Summary> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut d = Vec::with_capacity(n);
     for _ in 0..n {
         let began = Instant::now();
-        let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
-        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-            .await
-            .ok()?;
-        let mut out = Vec::new();
-        s.read_to_end(&mut out).await.ok()?;
-        if !out.starts_with(b"HTTP/1.1 200") {
-            return None;
-        }
+        super::cni_share::get_metrics(addr).await?;
         d.push(began.elapsed());
     }
     Some(summarize(&d))
