@@ -141,4 +141,6 @@ fn an_address_in_use_stops_the_server_at_its_start() {
         !d.path().join("run/husk.sock").exists(),
         "nothing was served"
     );
+    // Nor left mounted: the root's and state's binds go with the start.
+    assert_eq!(common::mounts_under(d.path()), Vec::<String>::new());
 }

@@ -134,6 +134,8 @@ pub async fn serve(cfg: Config, reload: Option<reload::Reloader>) -> anyhow::Res
     } else {
         None
     };
+    // Released when serve returns: at a clean stop, and on a failed start.
+    let _release = own_ns_dirs.clone().map(ReleasePrivate);
     let metrics = match cfg.metrics.address.as_str() {
         "" => None,
         a => Some(
@@ -271,9 +273,6 @@ pub async fn serve(cfg: Config, reload: Option<reload::Reloader>) -> anyhow::Res
     if let Ok(sandboxes) = state.sandboxes() {
         sandboxes.close();
     }
-    if let Some(dirs) = &own_ns_dirs {
-        crate::sandbox::podns::release_private(dirs);
-    }
     crate::otel::stop().await;
     result.context("grpc server")?;
     if let Some(e) = failure.lock().unwrap_or_else(|p| p.into_inner()).take() {
@@ -281,6 +280,17 @@ pub async fn serve(cfg: Config, reload: Option<reload::Reloader>) -> anyhow::Res
     }
     tracing::info!("husk serve stopped");
     Ok(())
+}
+
+/// The server's root and state, bound onto themselves in pod mode: their
+/// binds go when it returns, stopped or failed at its start
+/// (`podns::release_private`).
+struct ReleasePrivate(Vec<std::path::PathBuf>);
+
+impl Drop for ReleasePrivate {
+    fn drop(&mut self) {
+        crate::sandbox::podns::release_private(&self.0);
+    }
 }
 
 /// Starts hosting NRI plugins (`[nri]`), handing the chain to the
