@@ -93,7 +93,10 @@ pub fn stage_unseen(pid: u32, c: &mut ContainerConfig, dir: &Path) -> Result<(),
 /// Hands every mount under `dir` to the pod of monitor `pid`.
 pub fn hand_over(pid: u32, dir: &Path) -> Result<(), SandboxError> {
     let mounts = crate::sys::mounts_within(dir, 3);
-    podns::adopt(pid, &mounts).map_err(SandboxError::io("hand the container's mounts to its pod"))
+    // Into the namespace of the pod's shim: one killed meanwhile is named.
+    podns::adopt(pid, &mounts).map_err(SandboxError::io(format!(
+        "hand the container's mounts to its pod's shim (pid {pid})"
+    )))
 }
 
 /// Unmounts what is mounted under `dir` in the pod of monitor `pid`.
