@@ -78,7 +78,7 @@ struct Samples {
 impl Target {
     /// The runtime's stage timings since the last read, cleared; None for
     /// a runtime without husk's admin API.
-    async fn take_timings(&mut self) -> Option<Vec<crate::api::admin::StageTimings>> {
+    pub(super) async fn take_timings(&mut self) -> Option<Vec<crate::api::admin::StageTimings>> {
         let r = self.admin.timings(TimingsRequest { clear: true }).await;
         r.ok().map(|r| r.into_inner().stages)
     }

@@ -109,10 +109,12 @@ async fn fill_and_drain(
     // The CNI ADD totals where each checkpoint's window of starts begins.
     let mut adds_from = HashMap::new();
     for i in 0..a.pods {
-        if let Some(addr) = metrics {
-            if checkpoints.iter().any(|c| c.saturating_sub(WINDOW) == i) {
+        if checkpoints.iter().any(|c| c.saturating_sub(WINDOW) == i) {
+            if let Some(addr) = metrics {
                 adds_from.insert(i, super::cni_share::read(addr).await);
             }
+            // The stages timed from here on are the window's.
+            t.take_timings().await;
         }
         let sc = pod_config(&format!("d{k}"), i, &t.cgroup_parent);
         // The kubelet makes a pod's log directory and its containers' (CRI-O
@@ -142,6 +144,7 @@ async fn fill_and_drain(
         }
         if checkpoints.contains(&(i + 1)) {
             let from = starts.len().saturating_sub(WINDOW);
+            let timed = t.take_timings().await.unwrap_or_default();
             let mut m = measure(t, &starts[from..], idle_pss, metrics).await;
             if let Some(addr) = metrics {
                 let before = adds_from
@@ -151,6 +154,7 @@ async fn fill_and_drain(
                 let after = super::cni_share::read(addr).await;
                 m.own_share_ms = super::cni_share::own_share_ms(&starts[from..], before, after);
             }
+            m.stages = super::density_stages::means(&timed);
             eprintln!(
                 "density: {} at {} pods: start p50 {:.1} ms (less CNI {}), lists {:.1}/{:.1} ms, {:.2} MB a pod",
                 t.name,
@@ -278,6 +282,7 @@ async fn measure(
         sandbox_stats,
         metrics_scrape,
         own_share_ms: None,
+        stages: Vec::new(),
         pss_mb: pss as f64 / 1e6,
         per_pod_mb: (pss as f64 - idle_pss) / pods.max(1) as f64 / 1e6,
         server_rss_mb: servers.iter().map(|p| procs::rss_bytes(*p)).sum::<u64>() as f64 / 1e6,

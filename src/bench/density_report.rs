@@ -22,6 +22,9 @@ pub struct Checkpoint {
     /// The mean of the same starts less their mean CNI ADD, when the
     /// runtime's metrics say it (`cni_share`): the runtime's own share.
     pub own_share_ms: Option<f64>,
+    /// The means of the same starts' stages, when the runtime times them
+    /// (`density_stages`).
+    pub stages: Vec<super::density_stages::StageMean>,
     /// Server and monitors, proportional set size.
     pub pss_mb: f64,
     /// (PSS − PSS before the first pod) / pods.
@@ -129,6 +132,17 @@ pub fn report(results: &[DensityResult]) -> String {
             r.remove_all_s, r.remove_failures
         ));
     }
+    for r in results {
+        let points: Vec<_> = r
+            .checkpoints
+            .iter()
+            .map(|c| super::density_stages::Point {
+                pods: c.pods,
+                stages: &c.stages,
+            })
+            .collect();
+        out.push_str(&super::density_stages::table(&r.runtime, &points));
+    }
     out
 }
 
@@ -152,6 +166,7 @@ mod tests {
             sandbox_stats: None,
             metrics_scrape: None,
             own_share_ms: None,
+            stages: Vec::new(),
             pss_mb: 10.0,
             per_pod_mb: 0.2,
             server_rss_mb: 8.0,

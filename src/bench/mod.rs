@@ -10,6 +10,7 @@ pub mod cni_share;
 pub mod container;
 pub mod density;
 pub mod density_report;
+pub mod density_stages;
 pub mod exec;
 pub mod pod_startup;
 pub mod procs;
