@@ -9,23 +9,18 @@
 //! each took minutes, past the monitor's 60 s answer time, and failed; and
 //! the creates held the server's blocking threads, so that the kubelet's
 //! lists waited behind them. At most twice as many creates as the node has
-//! CPUs run at once; the others wait their turn as tasks, before anything
-//! is reserved or made, so a caller that gives up while waiting leaves
-//! nothing behind.
+//! CPUs run at once (`sandbox::gate`, as pods are made); the others wait
+//! their turn as tasks, before anything is reserved or made, so a caller
+//! that gives up while waiting leaves nothing behind.
 
-use std::sync::{Arc, OnceLock};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use crate::sandbox::gate::Gate;
+use tokio::sync::{AcquireError, OwnedSemaphorePermit};
 
-/// Waits for a place among the container creates (twice the node's
-/// CPUs). The place is held by the create, not by its caller: a caller
-/// that goes once the create has begun does not free it early.
-pub async fn create_place() -> Result<OwnedSemaphorePermit, tokio::sync::AcquireError> {
-    static GATE: OnceLock<Arc<Semaphore>> = OnceLock::new();
-    GATE.get_or_init(|| {
-        let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
-        Arc::new(Semaphore::new(2 * cpus))
-    })
-    .clone()
-    .acquire_owned()
-    .await
+static CREATES: Gate = Gate::new();
+
+/// Waits for a place among the container creates. The place is held by
+/// the create, not by its caller: a caller that goes once the create has
+/// begun does not free it early.
+pub async fn create_place() -> Result<OwnedSemaphorePermit, AcquireError> {
+    CREATES.place().await
 }

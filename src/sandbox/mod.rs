@@ -17,6 +17,7 @@
 //! next start (`recover.rs`).
 
 pub mod files;
+pub mod gate;
 pub mod handlers;
 pub mod manager;
 mod pause;

@@ -109,6 +109,8 @@ impl SandboxManager {
         let spec_annotations = handler.pod_annotations(&config.annotations);
         let md = config.metadata.clone().unwrap_or_default();
         let name = format!("{}_{}_{}_{}", md.name, md.namespace, md.uid, md.attempt);
+        // A place among the pods made at once, before the name is reserved.
+        let place = super::gate::pod_place().await?;
         let id = format!("{:032x}", rand::random::<u128>());
         {
             let mut inner = self.lock_inner();
@@ -138,9 +140,12 @@ impl SandboxManager {
             pause: pid == NamespaceMode::Pod || shim,
             steps,
         };
-        crate::otel::spawn(async move { this.run_reserved(reserved).await })
-            .await
-            .map_err(|e| SandboxError::Shim(format!("run task: {e}")))?
+        crate::otel::spawn(async move {
+            let _place = place;
+            this.run_reserved(reserved).await
+        })
+        .await
+        .map_err(|e| SandboxError::Shim(format!("run task: {e}")))?
     }
 
     /// The rest of a RunPodSandbox whose name is reserved.
