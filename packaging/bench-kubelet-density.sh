@@ -179,7 +179,7 @@ sleep "$settle"
 read -r running refused < <(count)
 echo "running $running, refused past capacity $refused (want $pods and 1)"
 if [ "$kubelet" = husk ]; then
-  python3 -c 'import json,sys; p=json.load(open(sys.argv[1]))["pleg"]; print("PLEG %s, healthy %s, last relist %.1f ms, longest %.1f ms" % (p["mode"], p["healthy"], p["lastRelistSeconds"]*1e3, p["longestRelistSeconds"]*1e3))' "$work/status/node.json"
+  python3 -c 'import json,sys; n=json.load(open(sys.argv[1])); p=n["pleg"]; h=n["housekeeping"]; print("PLEG %s, healthy %s, last relist %.1f ms, longest %.1f ms, %d of %d relists over their period; housekeeping (every %.0f s) late by %.1f ms at worst" % (p["mode"], p["healthy"], p["lastRelistSeconds"]*1e3, p["longestRelistSeconds"]*1e3, p["relistsOverPeriod"], p["relists"], h["periodSeconds"], h["longestLateSeconds"]*1e3))' "$work/status/node.json"
 else
   curl -fs "http://127.0.0.1:$ro_port/metrics" | python3 -c '
 import re, sys

@@ -253,7 +253,9 @@ pub async fn run(
     let mut pods = pod_manager::PodManager::default();
     let mut workers = PodWorkers::new(ctx.clone(), done_tx);
     let mut due: HashMap<String, Instant> = HashMap::new();
-    let mut housekeeping = tokio::time::interval(Duration::from_secs(2));
+    let mut housekeeping = tokio::time::interval(HOUSEKEEPING);
+    // The longest a housekeeping tick has waited past its time.
+    let mut housekeeping_late = Duration::ZERO;
     let mut tick = tokio::time::interval(Duration::from_millis(250));
     let mut gc_running: Option<tokio::task::JoinHandle<()>> = None;
     let mut eviction_tick = tokio::time::interval(ctx.eviction.period());
@@ -393,8 +395,9 @@ pub async fn run(
                     sync(&mut workers, &pods, &uid);
                 }
             }
-            _ = housekeeping.tick() => {
-                write_node_status(&ctx, pods.len());
+            at = housekeeping.tick() => {
+                housekeeping_late = housekeeping_late.max(at.elapsed());
+                write_node_status(&ctx, pods.len(), housekeeping_late);
                 if !sources_ready && config.seen_all(&expected) {
                     sources_ready = true;
                     let _ = api_status.send(apiserver::status_sync::Msg::SourcesReady);
@@ -459,12 +462,18 @@ fn node_api_managers(ctx: &Ctx) -> apiserver::node::Managers {
     }
 }
 
-fn write_node_status(ctx: &Ctx, pods: usize) {
+/// The housekeeping period: the node's status written, garbage collected.
+const HOUSEKEEPING: Duration = Duration::from_secs(2);
+
+/// Writes `node.json` in the status dir: the runtime, the PLEG's health
+/// and relists, how late housekeeping has run at worst, the pods.
+fn write_node_status(ctx: &Ctx, pods: usize, housekeeping_late: Duration) {
     let Some(dir) = &ctx.settings.status_dir else {
         return;
     };
     let since = ctx.pleg.since_last_relist();
     let (last, longest) = ctx.pleg.relist_took();
+    let (relists, over) = ctx.pleg.relists();
     let v = serde_json::json!({
         "nodeName": ctx.settings.node_name,
         "runtime": {"name": ctx.cri.name, "version": ctx.cri.version, "endpoint": ctx.settings.runtime_endpoint},
@@ -474,6 +483,12 @@ fn write_node_status(ctx: &Ctx, pods: usize) {
             "healthy": ctx.pleg.healthy(),
             "lastRelistSeconds": last.as_secs_f64(),
             "longestRelistSeconds": longest.as_secs_f64(),
+            "relists": relists,
+            "relistsOverPeriod": over,
+        },
+        "housekeeping": {
+            "periodSeconds": HOUSEKEEPING.as_secs_f64(),
+            "longestLateSeconds": housekeeping_late.as_secs_f64(),
         },
         "pods": pods,
     });

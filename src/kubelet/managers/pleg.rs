@@ -19,7 +19,7 @@ use crate::api::cri::{ContainerState, GetEventsRequest, PodSandboxState};
 use crate::kubelet::kit::labels;
 use crate::kubelet::kit::runtime::Cri;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
@@ -65,6 +65,9 @@ pub struct Health {
     latest: Mutex<Relist>,
     /// How long relists took: the last one and the longest.
     took: Mutex<(Duration, Duration)>,
+    /// Relists made, and those that took longer than their period.
+    relists: AtomicU64,
+    late: AtomicU64,
 }
 
 pub const UNHEALTHY_AFTER: Duration = Duration::from_secs(180);
@@ -87,13 +90,24 @@ impl Health {
         *self.took.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Relists made, and how many took longer than their period.
+    pub fn relists(&self) -> (u64, u64) {
+        (
+            self.relists.load(Ordering::Relaxed),
+            self.late.load(Ordering::Relaxed),
+        )
+    }
+
     /// Records a successful relist that took `d`; one longer than its
-    /// `period` is told (the next relist starts late).
+    /// `period` (the one in effect: longer while events stream) is
+    /// counted and told (the next relist starts late).
     fn relisted(&self, d: Duration, period: Duration) {
         *self.last_relist.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
         let mut t = self.took.lock().unwrap_or_else(|e| e.into_inner());
         *t = (d, t.1.max(d));
+        self.relists.fetch_add(1, Ordering::Relaxed);
         if d > period {
+            self.late.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(took = ?d, ?period, "PLEG relist took longer than its period");
         }
     }
@@ -240,9 +254,15 @@ pub async fn run(
     let mut first = true;
     loop {
         let t0 = Instant::now();
+        // While events stream, a relist is only the safety net.
+        let every = if health.evented() {
+            period * 10
+        } else {
+            period
+        };
         match relist(&cri, &node).await {
             Ok(new) => {
-                health.relisted(t0.elapsed(), period);
+                health.relisted(t0.elapsed(), every);
                 if !first {
                     for e in diff(&old, &new) {
                         tracing::debug!(pod_uid = %e.uid, id = %e.id, kind = ?e.kind, "PLEG event");
@@ -295,6 +315,7 @@ mod tests {
             h.relist_took(),
             (Duration::from_millis(20), Duration::from_millis(1500))
         );
+        assert_eq!(h.relists(), (3, 1), "one of three over its period");
         assert!(h.healthy());
     }
 
