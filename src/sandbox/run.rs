@@ -30,17 +30,6 @@ fn userns_supported(root: &std::path::Path) -> bool {
     crate::idmap::Support::cached(root).pods()
 }
 
-fn mode(c: &PodSandboxConfig) -> (NamespaceMode, NamespaceMode, NamespaceMode) {
-    let ns = c
-        .linux
-        .as_ref()
-        .and_then(|l| l.security_context.as_ref())
-        .and_then(|s| s.namespace_options.clone())
-        .unwrap_or_default();
-    let m = |v: i32| NamespaceMode::try_from(v).unwrap_or(NamespaceMode::Pod);
-    (m(ns.network), m(ns.pid), m(ns.ipc))
-}
-
 /// A RunPodSandbox checked and its name reserved: what its task makes.
 struct Reserved {
     name: String,
@@ -83,7 +72,7 @@ impl SandboxManager {
     ) -> Result<String, SandboxError> {
         let mut steps = crate::timing::Stages::new("RunPodSandbox");
         let userns = validate::config(&config).map_err(SandboxError::Invalid)?;
-        let (net, pid, ipc) = mode(&config);
+        let (net, pid, ipc) = validate::namespace_modes(&config);
         userns
             .check_modes(
                 net == NamespaceMode::Node,
@@ -264,7 +253,7 @@ impl SandboxManager {
         } = asked;
         steps.end("task");
         let md = c.metadata.clone().unwrap_or_default();
-        let (net_mode, pid_mode, ipc_mode) = mode(c);
+        let (net_mode, pid_mode, ipc_mode) = validate::namespace_modes(c);
         let host_net = net_mode == NamespaceMode::Node;
         let host_ipc = ipc_mode == NamespaceMode::Node;
         let dir = self.sandbox_dir(id);

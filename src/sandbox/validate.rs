@@ -1,6 +1,6 @@
 //! Validation of a PodSandboxConfig before anything is created.
 
-use crate::api::cri::{NamespaceMode, PodSandboxConfig};
+use crate::api::cri::{NamespaceMode, NamespaceOption, PodSandboxConfig};
 
 /// Sysctls that are namespaced (and so may be set per pod), as the kubelet
 /// and runc allow them; `net.*` needs the pod's own network namespace.
@@ -55,12 +55,7 @@ pub fn config(c: &PodSandboxConfig) -> Result<super::userns::Userns, String> {
     if m.uid.is_empty() {
         return Err("metadata.uid is required".into());
     }
-    let ns = c
-        .linux
-        .as_ref()
-        .and_then(|l| l.security_context.as_ref())
-        .and_then(|s| s.namespace_options.clone())
-        .unwrap_or_default();
+    let ns = namespace_options(c);
     let mode = |v: i32, what: &str, allow_container: bool| -> Result<NamespaceMode, String> {
         match NamespaceMode::try_from(v) {
             Ok(m @ (NamespaceMode::Pod | NamespaceMode::Node)) => Ok(m),
@@ -163,6 +158,23 @@ fn hostname(h: &str) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// The pod's namespace options, the defaults where it gives none.
+fn namespace_options(c: &PodSandboxConfig) -> NamespaceOption {
+    c.linux
+        .as_ref()
+        .and_then(|l| l.security_context.as_ref())
+        .and_then(|s| s.namespace_options.clone())
+        .unwrap_or_default()
+}
+
+/// The network, PID and IPC modes of a validated pod (an unknown mode,
+/// refused by [`config`], reads as POD).
+pub fn namespace_modes(c: &PodSandboxConfig) -> (NamespaceMode, NamespaceMode, NamespaceMode) {
+    let ns = namespace_options(c);
+    let m = |v: i32| NamespaceMode::try_from(v).unwrap_or(NamespaceMode::Pod);
+    (m(ns.network), m(ns.pid), m(ns.ipc))
 }
 
 #[cfg(test)]
