@@ -31,7 +31,7 @@ pub const RPCS: [&str; 7] = [
 ];
 
 /// The RPCs that start a pod, and those that take it down.
-const START: [&str; 3] = ["RunPodSandbox", "CreateContainer", "StartContainer"];
+pub(super) const START: [&str; 3] = ["RunPodSandbox", "CreateContainer", "StartContainer"];
 const TEARDOWN: [&str; 4] = [
     "StopContainer",
     "RemoveContainer",

@@ -8,6 +8,10 @@
 //! something not the runtime (the CNI plugins, the runtime library making
 //! the payload's processes), marked `*`.
 
+// The operations whose stages add up to a start, as `breakdown` has them
+// (the CNI ADD runs inside RunPodSandbox, which waits for it in its `cni
+// wait`).
+use super::breakdown::START;
 use crate::api::admin::StageTimings;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -20,9 +24,10 @@ const OPS: [&str; 4] = [
     "StartContainer",
 ];
 
-/// The operations whose stages add up to a start (the CNI ADD runs inside
-/// RunPodSandbox, which waits for it in its `cni wait`).
-const START: [&str; 3] = ["RunPodSandbox", "CreateContainer", "StartContainer"];
+/// Where `op` comes in a start ([`OPS`]); others last.
+fn rank(op: &str) -> usize {
+    OPS.iter().position(|o| *o == op).unwrap_or(OPS.len())
+}
 
 /// One stage's mean over a checkpoint's window.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -49,7 +54,6 @@ pub fn means(timed: &[StageTimings]) -> Vec<StageMean> {
             n: s.micros.len(),
         })
         .collect();
-    let rank = |op: &str| OPS.iter().position(|o| *o == op).unwrap_or(OPS.len());
     out.sort_by_key(|s| rank(&s.op));
     out
 }
@@ -84,7 +88,6 @@ pub fn table(runtime: &str, points: &[Point]) -> String {
             rows.push(key);
         }
     }
-    let rank = |op: &str| OPS.iter().position(|o| *o == op).unwrap_or(OPS.len());
     rows.sort_by_key(|(op, _, _)| rank(op));
     let by: Vec<BTreeMap<(&str, &str), f64>> = points
         .iter()
