@@ -594,7 +594,10 @@ async fn restarted_kubelet_adopts(k: &mut Kubelet, endpoint: &str, image: &str) 
     let over = node["pleg"]["relistsOverPeriod"].as_u64();
     assert!(relists >= 1 && over.is_some_and(|o| o <= relists), "{node}");
     assert_eq!(node["housekeeping"]["periodSeconds"], 2.0, "{node}");
-    assert!(node["housekeeping"]["longestLateSeconds"].is_f64(), "{node}");
+    assert!(
+        node["housekeeping"]["longestLateSeconds"].is_f64(),
+        "{node}"
+    );
     // The orphan (labels of this node, no manifest) is collected, its
     // status file too.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
